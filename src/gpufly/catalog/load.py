@@ -1,0 +1,59 @@
+"""Load the catalog from the TOML files shipped in ``gpufly/catalog/data``."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from gpufly.catalog.spec import GpuSpec
+from gpufly.errors import GpuflyError
+
+DATA_DIR = Path(__file__).with_name("data")
+SCHEMA_PATH = Path(__file__).with_name("gpus.schema.json")
+
+_SPEC_FIELDS = {f.name: f for f in dataclasses.fields(GpuSpec) if f.name != "derived"}
+_REQUIRED = {name for name, f in _SPEC_FIELDS.items() if f.default is dataclasses.MISSING}
+
+
+def read_entries(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    """The raw ``[[gpu]]`` tables of the given files, in file order, each tagged with its file."""
+    entries: list[dict[str, Any]] = []
+    for path in paths:
+        try:
+            with path.open("rb") as handle:
+                document = tomllib.load(handle)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise GpuflyError(f"cannot read catalog file {path}: {exc}") from exc
+        for table in document.get("gpu", []):
+            entries.append({**table, "_file": path.name})
+    return entries
+
+
+def spec_from_entry(entry: dict[str, Any]) -> GpuSpec:
+    """Build a GpuSpec from one table, refusing unknown or missing fields by name."""
+    where = f"{entry.get('_file', '?')}: {entry.get('id', '?')}"
+    values = {key: value for key, value in entry.items() if key != "_file"}
+    unknown = sorted(set(values) - set(_SPEC_FIELDS))
+    if unknown:
+        raise GpuflyError(f"catalog entry {where} has unknown field(s) {', '.join(unknown)}")
+    missing = sorted(_REQUIRED - set(values))
+    if missing:
+        raise GpuflyError(f"catalog entry {where} lacks required field(s) {', '.join(missing)}")
+    values["sources"] = tuple(values["sources"])
+    values["aliases"] = tuple(values.get("aliases", ()))
+    return GpuSpec(**values)
+
+
+def load_specs(paths: Iterable[Path] | None = None) -> list[GpuSpec]:
+    """All catalog entries; by default those shipped with gpufly."""
+    files = sorted(DATA_DIR.glob("*.toml")) if paths is None else list(paths)
+    specs = [spec_from_entry(entry) for entry in read_entries(files)]
+    seen: set[str] = set()
+    for spec in specs:
+        if spec.id in seen:
+            raise GpuflyError(f"catalog id {spec.id!r} appears twice")
+        seen.add(spec.id)
+    return specs

@@ -1,0 +1,172 @@
+"""Filter and rank catalog entries by any numeric field or derived ratio."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from gpufly.catalog.spec import GpuSpec
+from gpufly.errors import GpuflyError
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A number a GPU can be ranked by, with what a chart or table should call it."""
+
+    key: str
+    label: str
+    unit: str
+    read: Callable[[GpuSpec], float | None]
+    higher_is_better: bool = True
+
+    def __call__(self, spec: GpuSpec) -> float | None:
+        return self.read(spec)
+
+
+def _field(name: str) -> Callable[[GpuSpec], float | None]:
+    return lambda spec: getattr(spec, name)
+
+
+def _derived(name: str) -> Callable[[GpuSpec], float | None]:
+    return lambda spec: spec.derived[name]
+
+
+def _compute_capability(spec: GpuSpec) -> float | None:
+    cc = spec.compute_capability_tuple
+    return None if cc is None else cc[0] + cc[1] / 10
+
+
+METRICS: dict[str, Metric] = {
+    metric.key: metric
+    for metric in (
+        Metric("peak_tflops", "Peak dense FP16/BF16 (or FP32) rate", "TFLOPS", _derived("peak_tflops")),
+        Metric("tflops_per_usd", "Peak TFLOPS per launch USD", "TFLOPS/USD", _derived("tflops_per_usd")),
+        Metric("tflops_per_watt", "Peak TFLOPS per watt of board power", "TFLOPS/W",
+               _derived("tflops_per_watt")),
+        Metric("gbps_per_usd", "Memory bandwidth per launch USD", "GB/s per USD", _derived("gbps_per_usd")),
+        Metric("vram_gib_per_usd", "Memory per launch USD", "GiB per USD", _derived("vram_gib_per_usd")),
+        Metric("vram_gib", "Memory", "GiB", _field("vram_gib")),
+        Metric("memory_bandwidth_gbps", "Memory bandwidth", "GB/s", _field("memory_bandwidth_gbps")),
+        Metric("memory_bus_bits", "Memory bus width", "bit", _field("memory_bus_bits")),
+        Metric("fp32_tflops", "FP32 (non-tensor)", "TFLOPS", _field("fp32_tflops")),
+        Metric("fp16_tflops", "FP16 (non-tensor)", "TFLOPS", _field("fp16_tflops")),
+        Metric("tf32_tensor_tflops", "TF32 tensor, dense", "TFLOPS", _field("tf32_tensor_tflops")),
+        Metric("fp16_tensor_tflops", "FP16 tensor, dense", "TFLOPS", _field("fp16_tensor_tflops")),
+        Metric("bf16_tensor_tflops", "BF16 tensor, dense", "TFLOPS", _field("bf16_tensor_tflops")),
+        Metric("fp8_tensor_tflops", "FP8 tensor, dense", "TFLOPS", _field("fp8_tensor_tflops")),
+        Metric("fp4_tensor_tflops", "FP4 tensor, dense", "TFLOPS", _field("fp4_tensor_tflops")),
+        Metric("int8_tensor_tops", "INT8 tensor, dense", "TOPS", _field("int8_tensor_tops")),
+        Metric("tdp_w", "Board power", "W", _field("tdp_w"), higher_is_better=False),
+        Metric("launch_price_usd", "Launch price", "USD", _field("launch_price_usd"), higher_is_better=False),
+        Metric("launch_year", "Launch year", "", _field("launch_year")),
+        Metric("compute_capability", "CUDA compute capability", "", _compute_capability),
+        Metric("pcie_gen", "PCIe generation", "", _field("pcie_gen")),
+    )
+}
+
+METRIC_ALIASES: dict[str, str] = {
+    "tflops": "peak_tflops",
+    "peak": "peak_tflops",
+    "vram": "vram_gib",
+    "memory": "vram_gib",
+    "bandwidth": "memory_bandwidth_gbps",
+    "bw": "memory_bandwidth_gbps",
+    "fp32": "fp32_tflops",
+    "tf32": "tf32_tensor_tflops",
+    "fp16": "fp16_tensor_tflops",
+    "bf16": "bf16_tensor_tflops",
+    "fp8": "fp8_tensor_tflops",
+    "fp4": "fp4_tensor_tflops",
+    "int8": "int8_tensor_tops",
+    "tdp": "tdp_w",
+    "power": "tdp_w",
+    "price": "launch_price_usd",
+    "year": "launch_year",
+    "cc": "compute_capability",
+}
+
+PRECISIONS: dict[str, str] = {
+    "tf32": "tf32_tensor_tflops",
+    "fp16": "fp16_tensor_tflops",
+    "bf16": "bf16_tensor_tflops",
+    "fp8": "fp8_tensor_tflops",
+    "fp4": "fp4_tensor_tflops",
+    "int8": "int8_tensor_tops",
+}
+"""`--has` names: a GPU has a precision when its vendor gives a tensor rate for it."""
+
+
+def _choose(kind: str, name: str, choices: Iterable[str], hint: str) -> str:
+    options = sorted(set(choices))
+    close = difflib.get_close_matches(name, options, n=3, cutoff=0.5)
+    did_you_mean = f"; did you mean {', '.join(close)}?" if close else ""
+    raise GpuflyError(f"unknown {kind} '{name}'{did_you_mean}", hint=hint)
+
+
+def metric(name: str) -> Metric:
+    """The metric a user means by ``name`` (hyphens or underscores, short aliases allowed)."""
+    key = name.strip().lower().replace("-", "_")
+    key = METRIC_ALIASES.get(key, key)
+    if key in METRICS:
+        return METRICS[key]
+    return _choose("metric", name, [*METRICS, *METRIC_ALIASES], hint="metrics: " + ", ".join(METRICS))
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What a user narrows the catalog to; None or empty means no limit."""
+
+    vendor: str | None = None
+    arch: str | None = None
+    segment: str | None = None
+    min_vram_gib: float | None = None
+    has: tuple[str, ...] = ()
+
+
+def _check(filters: Filters, specs: list[GpuSpec]) -> None:
+    if filters.min_vram_gib is not None and filters.min_vram_gib < 0:
+        raise GpuflyError(f"--min-vram must be zero or more, got {filters.min_vram_gib:g}",
+                          hint="give the memory in GiB, e.g. --min-vram 24")
+    vendors = {spec.vendor for spec in specs}
+    if filters.vendor is not None and filters.vendor.lower() not in vendors:
+        _choose("vendor", filters.vendor, vendors, hint="vendors: " + ", ".join(sorted(vendors)))
+    segments = {spec.segment for spec in specs}
+    if filters.segment is not None and filters.segment.lower() not in segments:
+        _choose("segment", filters.segment, segments, hint="segments: " + ", ".join(sorted(segments)))
+    archs = {spec.architecture for spec in specs}
+    if filters.arch is not None and not any(filters.arch.lower() in arch.lower() for arch in archs):
+        _choose("architecture", filters.arch, archs, hint="architectures: " + ", ".join(sorted(archs)))
+    for precision in filters.has:
+        if precision.lower() not in PRECISIONS:
+            _choose("precision", precision, PRECISIONS, hint="precisions: " + ", ".join(PRECISIONS))
+
+
+def select(specs: Iterable[GpuSpec], filters: Filters) -> list[GpuSpec]:
+    """The entries that pass every filter, in their original order."""
+    pool = list(specs)
+    _check(filters, pool)
+
+    def keep(spec: GpuSpec) -> bool:
+        if filters.vendor and spec.vendor != filters.vendor.lower():
+            return False
+        if filters.segment and spec.segment != filters.segment.lower():
+            return False
+        if filters.arch and filters.arch.lower() not in spec.architecture.lower():
+            return False
+        if filters.min_vram_gib is not None and spec.vram_gib < filters.min_vram_gib:
+            return False
+        return all(getattr(spec, PRECISIONS[p.lower()]) is not None for p in filters.has)
+
+    return [spec for spec in pool if keep(spec)]
+
+
+def rank(specs: Iterable[GpuSpec], by: Metric, reverse: bool = False) -> list[GpuSpec]:
+    """Sorted best first by ``by`` (largest, or smallest for price and power); GPUs without the
+    figure go last. ``reverse`` puts the worst first."""
+    pool = list(specs)
+    known = [spec for spec in pool if by(spec) is not None]
+    unknown = [spec for spec in pool if by(spec) is None]
+    descending = by.higher_is_better != reverse
+    known.sort(key=lambda spec: by(spec) or 0.0, reverse=descending)
+    return known + unknown

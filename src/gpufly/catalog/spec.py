@@ -1,0 +1,135 @@
+"""GpuSpec: one catalog entry, as the vendor documents it, plus the ratios people rank by."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+RATE_FIELDS: tuple[str, ...] = (
+    "fp32_tflops",
+    "fp16_tflops",
+    "tf32_tensor_tflops",
+    "fp16_tensor_tflops",
+    "bf16_tensor_tflops",
+    "fp8_tensor_tflops",
+    "fp4_tensor_tflops",
+    "int8_tensor_tops",
+)
+"""Compute-rate fields, dense, at boost clock. A missing figure is None: not published."""
+
+TENSOR_FIELDS: tuple[str, ...] = tuple(name for name in RATE_FIELDS if "_tensor_" in name)
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """A GPU as its vendor's datasheet or whitepaper describes it.
+
+    Units are in the field names: GiB, GB/s (10^9 B/s), TFLOPS (10^12), W, USD. A field the
+    vendor does not publish is None, never a guess. Rates are dense (no 2:4 sparsity).
+    """
+
+    id: str
+    name: str
+    full_name: str
+    vendor: str
+    segment: str
+    architecture: str
+    vram_gib: float
+    memory_type: str
+    memory_bandwidth_gbps: float
+    launch_year: int
+    sources: tuple[str, ...]
+    aliases: tuple[str, ...] = ()
+    chip: str | None = None
+    compute_capability: str | None = None
+    memory_bus_bits: int | None = None
+    fp32_tflops: float | None = None
+    fp16_tflops: float | None = None
+    tf32_tensor_tflops: float | None = None
+    fp16_tensor_tflops: float | None = None
+    bf16_tensor_tflops: float | None = None
+    fp8_tensor_tflops: float | None = None
+    fp4_tensor_tflops: float | None = None
+    int8_tensor_tops: float | None = None
+    tdp_w: float | None = None
+    form_factor: str | None = None
+    pcie_gen: int | None = None
+    pcie_lanes: int | None = None
+    nvlink: str | None = None
+    launch_price_usd: float | None = None
+    notes: str | None = None
+    derived: dict[str, float | None] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "derived", _derive(self))
+
+    @property
+    def has_tensor_cores(self) -> bool:
+        """True where the vendor gives a tensor (matrix-core) rate, or the GPU is NVIDIA Volta or
+        newer (compute capability 7.0+), which all have tensor cores."""
+        if any(getattr(self, name) is not None for name in TENSOR_FIELDS):
+            return True
+        cc = self.compute_capability_tuple
+        return cc is not None and cc >= (7, 0)
+
+    @property
+    def compute_capability_tuple(self) -> tuple[int, int] | None:
+        if self.compute_capability is None:
+            return None
+        major, minor = self.compute_capability.split(".")
+        return int(major), int(minor)
+
+    @property
+    def interface(self) -> str | None:
+        """PCIe link and any faster interconnect, in one line for display."""
+        parts = []
+        if self.pcie_gen is not None:
+            lanes = f" x{self.pcie_lanes}" if self.pcie_lanes else ""
+            parts.append(f"PCIe {self.pcie_gen}.0{lanes}")
+        if self.nvlink:
+            parts.append(self.nvlink)
+        return ", ".join(parts) or None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, None included, plus the derived ratios: the `--json` shape of a GPU."""
+        data = asdict(self)
+        data["sources"] = list(self.sources)
+        data["aliases"] = list(self.aliases)
+        data["derived"] = dict(self.derived)
+        return data
+
+
+def peak_matmul_tflops(spec: GpuSpec) -> float | None:
+    """The best dense rate for 16-bit matrix math that the vendor publishes, for ranking GPUs.
+
+    The larger of the FP16 and BF16 tensor rates: the figure that bounds mixed-precision training
+    and 16-bit inference. A GPU without tensor cores (NVIDIA before Volta) falls back to its FP16
+    or FP32 rate, which is what it really runs matmuls at. A GPU with tensor cores whose vendor
+    published no 16-bit tensor rate gets None, so that an FP32 figure is never ranked against
+    tensor figures.
+    """
+    tensor = [rate for rate in (spec.fp16_tensor_tflops, spec.bf16_tensor_tflops) if rate is not None]
+    if tensor:
+        return max(tensor)
+    if spec.has_tensor_cores:
+        return None
+    plain = [rate for rate in (spec.fp16_tflops, spec.fp32_tflops) if rate is not None]
+    return max(plain) if plain else None
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or not denominator:
+        return None
+    return numerator / denominator
+
+
+def _derive(spec: GpuSpec) -> dict[str, float | None]:
+    peak = peak_matmul_tflops(spec)
+    price = spec.launch_price_usd
+    return {
+        "peak_tflops": peak,
+        "tflops_per_usd": _ratio(peak, price),
+        "tflops_per_watt": _ratio(peak, spec.tdp_w),
+        "gbps_per_usd": _ratio(spec.memory_bandwidth_gbps, price),
+        "vram_gib_per_usd": _ratio(spec.vram_gib, price),
+    }

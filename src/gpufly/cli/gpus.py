@@ -1,0 +1,155 @@
+"""`gpufly gpus`: list, filter and rank the catalog; `gpufly gpus show NAME`; the ladder chart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich import box
+from rich.table import Table
+
+from gpufly import __version__
+from gpufly.catalog import GpuSpec, default_catalog
+from gpufly.catalog.query import METRICS, Filters, Metric, metric, rank, select
+from gpufly.cli.render import MISSING, console, number, print_json
+
+app = typer.Typer(no_args_is_help=False, add_completion=False, help="The GPU catalog and ladder.")
+
+SCHEMA_VERSION = 1
+_TABLE_METRICS = ("vram_gib", "memory_bandwidth_gbps", "fp32_tflops", "tf32_tensor_tflops",
+                  "fp16_tensor_tflops", "bf16_tensor_tflops", "fp8_tensor_tflops", "int8_tensor_tops",
+                  "tdp_w", "launch_price_usd")
+_SHORT = {"vram_gib": "GiB", "memory_bandwidth_gbps": "GB/s", "fp32_tflops": "FP32",
+          "tf32_tensor_tflops": "TF32", "fp16_tensor_tflops": "FP16", "bf16_tensor_tflops": "BF16",
+          "fp8_tensor_tflops": "FP8", "int8_tensor_tops": "INT8", "tdp_w": "W", "launch_price_usd": "USD"}
+
+
+def _value(m: Metric, spec: GpuSpec) -> str:
+    value = m(spec)
+    if value is not None and m.key.endswith("_per_usd"):
+        return f"{value * 1000:.3g}"
+    return number(value)
+
+
+def _header(m: Metric) -> str:
+    if m.key.endswith("_per_usd"):
+        return f"{m.unit.replace('USD', '$1k')}"
+    return _SHORT.get(m.key, m.unit or m.key)
+
+
+def _table(specs: list[GpuSpec], sort: Metric | None) -> Table:
+    columns = [METRICS[key] for key in _TABLE_METRICS]
+    if sort is not None and sort.key not in _TABLE_METRICS:
+        columns.append(sort)
+    title = f"{len(specs)} GPUs" + (f", ranked by {sort.label.lower()}" if sort else "")
+    caption = ("Tensor rates dense, TFLOPS (INT8 in TOPS); — = not published. "
+               "GeForce FP16/BF16/FP8 with FP32 accumulate.")
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, caption=caption, caption_justify="left")
+    rows = [[_value(m, spec) for m in columns] for spec in specs]
+    table.add_column("GPU", ratio=3)
+    table.add_column("Arch", ratio=2, overflow="fold")
+    for i, m in enumerate(columns):
+        style = "bold" if sort is not None and m.key == sort.key else None
+        width = max([len(_header(m)), *(len(row[i]) for row in rows)])
+        table.add_column(_header(m), justify="right", style=style, no_wrap=True, min_width=width)
+    for spec, row in zip(specs, rows, strict=True):
+        table.add_row(spec.name, spec.architecture, *row)
+    return table
+
+
+_SORT_HELP = ("Rank by a field or ratio: vram, bandwidth, fp16, tflops_per_usd, tflops_per_watt, "
+              "gbps_per_usd, vram_gib_per_usd...")
+_CHART_HELP = "Draw the ladder of the --sort metric (default peak_tflops) to a .png or .svg."
+_HAS_HELP = "Has tensor support for tf32, fp16, bf16, fp8, fp4 or int8; repeatable."
+
+
+@app.callback(invoke_without_command=True)
+def gpus(
+    ctx: typer.Context,
+    vendor: Annotated[str | None, typer.Option(help="nvidia, amd or apple.")] = None,
+    arch: Annotated[str | None, typer.Option(help="Architecture or part of it: ampere, ada...")] = None,
+    segment: Annotated[str | None, typer.Option(help="consumer, workstation, datacenter or soc.")] = None,
+    min_vram: Annotated[
+        float | None, typer.Option("--min-vram", metavar="GIB", help="At least this much memory.")
+    ] = None,
+    has: Annotated[list[str] | None, typer.Option(help=_HAS_HELP)] = None,
+    sort: Annotated[str | None, typer.Option(metavar="METRIC", help=_SORT_HELP)] = None,
+    reverse: Annotated[bool, typer.Option("--reverse", help="Worst first.")] = False,
+    chart: Annotated[Path | None, typer.Option(metavar="FILE", help=_CHART_HELP)] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List the GPU catalog: filter, rank, or draw the ladder."""
+    if ctx.invoked_subcommand is not None:
+        return
+    chosen = metric(sort) if sort else None
+    filters = Filters(vendor=vendor, arch=arch, segment=segment, min_vram_gib=min_vram,
+                      has=tuple(has or ()))
+    specs = select(default_catalog(), filters)
+    if chosen is not None or chart is not None:
+        specs = rank(specs, chosen or METRICS["peak_tflops"], reverse=reverse)
+    if chart is not None:
+        from gpufly.catalog.ladder import draw_ladder
+
+        source = (f"Source: vendor datasheets and architecture whitepapers, per GPU in the gpufly catalog "
+                  f"(gpufly {__version__}; `gpufly gpus show NAME` lists them). Dense rates, no sparsity.")
+        drawn = draw_ladder(specs, chosen or METRICS["peak_tflops"], chart, source)
+        if not json_out:
+            console().print(f"wrote {chart} ({drawn} GPUs)")
+    if json_out:
+        print_json({"schema_version": SCHEMA_VERSION, "count": len(specs),
+                    "sort": chosen.key if chosen else None, "gpus": [s.to_dict() for s in specs]})
+    elif chart is None:
+        console().print(_table(specs, chosen))
+
+
+_SHOW_FIELDS = (
+    ("Vendor", "vendor", ""), ("Segment", "segment", ""), ("Architecture", "architecture", ""),
+    ("Chip", "chip", ""), ("Compute capability", "compute_capability", ""),
+    ("Memory", "vram_gib", "GiB"), ("Memory type", "memory_type", ""),
+    ("Memory bus", "memory_bus_bits", "bit"),
+    ("Memory bandwidth", "memory_bandwidth_gbps", "GB/s"), ("FP32", "fp32_tflops", "TFLOPS"),
+    ("FP16 (non-tensor)", "fp16_tflops", "TFLOPS"), ("TF32 tensor", "tf32_tensor_tflops", "TFLOPS"),
+    ("FP16 tensor", "fp16_tensor_tflops", "TFLOPS"), ("BF16 tensor", "bf16_tensor_tflops", "TFLOPS"),
+    ("FP8 tensor", "fp8_tensor_tflops", "TFLOPS"), ("FP4 tensor", "fp4_tensor_tflops", "TFLOPS"),
+    ("INT8 tensor", "int8_tensor_tops", "TOPS"), ("Board power", "tdp_w", "W"),
+    ("Form factor", "form_factor", ""), ("Interface", "interface", ""), ("Launch year", "launch_year", ""),
+    ("Launch price", "launch_price_usd", "USD"),
+)
+
+
+def _cell(value: object, unit: str) -> str:
+    if value is None:
+        return f"{MISSING} (not published)"
+    if isinstance(value, float | int) and not isinstance(value, bool):
+        text = str(value) if isinstance(value, int) and value < 3000 else number(value)
+        return f"{text} {unit}".strip()
+    return str(value)
+
+
+@app.command()
+def show(
+    name: Annotated[str, typer.Argument(help="A GPU name, loosely: 4090, 'h100 sxm', a100-80g...")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Show one GPU in full, with its sources."""
+    spec = default_catalog().get(name)
+    if json_out:
+        print_json({"schema_version": SCHEMA_VERSION, "gpu": spec.to_dict()})
+        return
+    table = Table(title=f"{spec.full_name}  ({spec.id})", show_header=False,
+                  title_justify="left")
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    for label, attr, unit in _SHOW_FIELDS:
+        table.add_row(label, _cell(getattr(spec, attr), unit))
+    for key in ("peak_tflops", "tflops_per_watt", "tflops_per_usd", "gbps_per_usd", "vram_gib_per_usd"):
+        m = METRICS[key]
+        table.add_row(m.label, _cell(spec.derived[key], m.unit) if spec.derived[key] is None
+                      else f"{spec.derived[key]:.4g} {m.unit}")
+    if spec.aliases:
+        table.add_row("Also known as", ", ".join(spec.aliases))
+    if spec.notes:
+        table.add_row("Notes", spec.notes)
+    table.add_row("Sources", "\n".join(spec.sources))
+    console().print(table)

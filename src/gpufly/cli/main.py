@@ -1,0 +1,68 @@
+"""Entry point: the Typer app, its command groups, and one place that turns errors into words."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+from typer._click.exceptions import ClickException
+
+from gpufly import __version__
+from gpufly.cli import gpus, report
+from gpufly.cli.render import error_console
+from gpufly.errors import GpuflyError
+
+app = typer.Typer(
+    name="gpufly",
+    help="Make GPUs fly for AI work: choose the hardware, set up the software, make it fast, watch it run.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(gpus.app, name="gpus")
+app.command(name="report")(report.report)
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"gpufly {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", "-V", callback=_show_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """Make GPUs fly for AI work: choose the hardware, set up the software, make it fast, watch it run."""
+
+
+def _fail(message: str, hint: str | None, exit_code: int) -> None:
+    err = error_console()
+    err.print(f"error: {message}", markup=False)
+    if hint:
+        err.print(f"hint: {hint}", markup=False)
+    sys.exit(exit_code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI; user mistakes end in `error:`/`hint:` lines and exit 2, never a traceback."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    verbose = "--verbose" in args
+    try:
+        result = app(args=[a for a in args if a != "--verbose"], standalone_mode=False, prog_name="gpufly")
+    except GpuflyError as exc:
+        if verbose:
+            raise
+        _fail(exc.message, exc.hint, exc.exit_code)
+    except ClickException as exc:
+        _fail(exc.format_message(), "run with --help to see the options", exc.exit_code)
+    except typer.Abort:
+        _fail("aborted", None, 130)
+    except BrokenPipeError:
+        sys.exit(0)
+    sys.exit(result if isinstance(result, int) else 0)

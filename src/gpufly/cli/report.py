@@ -1,0 +1,52 @@
+"""`gpufly report`: this machine, its GPUs and their catalog entries."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpufly.cli.render import MISSING, console, gib, print_json
+from gpufly.report.machine import MachineReport, probe_machine
+
+
+def render_machine(report: MachineReport, out: Console | None = None) -> None:
+    """Print the machine section: a host table, then one row per GPU with its catalog match."""
+    out = out or console()
+    host = report.host
+    out.print(f"gpufly report: {report.summary}", style="bold")
+    table = Table(title="This machine", show_header=False, title_justify="left")
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    table.add_row("OS", f"{host.os} ({host.kernel}, {host.machine})")
+    table.add_row("CPU", f"{host.cpu_model}: {host.cpu_physical_cores or '?'} cores, "
+                  f"{host.cpu_logical_cores or '?'} threads")
+    table.add_row("RAM", f"{gib(host.memory_total_bytes)} ({gib(host.memory_available_bytes)} available)")
+    table.add_row("Python", host.python)
+    table.add_row("NVIDIA driver", report.driver_version or f"{MISSING} ({report.nvml.reason or 'none'})")
+    if report.cuda_driver_version:
+        table.add_row("CUDA (driver supports up to)", report.cuda_driver_version)
+    out.print(table)
+    if not report.gpus:
+        out.print("no NVIDIA GPU found" + (f": {report.nvml.reason}" if report.nvml.reason else ""))
+        return
+    gpus = Table(title="GPUs", title_justify="left")
+    for column in ("#", "Name", "Memory", "CC", "PCI", "Catalog"):
+        gpus.add_column(column)
+    for gpu in report.gpus:
+        d = gpu.device
+        catalog = gpu.spec.name if gpu.spec else ("lost" if d.lost else "not in the catalog")
+        gpus.add_row(str(d.index), d.name, gib(d.memory_total_bytes), d.compute_capability or MISSING,
+                     d.pci_bus_id or MISSING, catalog)
+    out.print(gpus)
+
+
+def report(json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """Report on this machine: OS, CPU, RAM, and each NVIDIA GPU with its catalog entry."""
+    machine = probe_machine()
+    if json_out:
+        print_json({"schema_version": 1, "machine": machine.to_dict()})
+    else:
+        render_machine(machine)

@@ -1,0 +1,1 @@
+"""Where monitor facts come from: NVML for NVIDIA GPUs, psutil for the host."""

@@ -1,0 +1,1 @@
+"""`gpufly report`: this machine and what the other stages found, in one place."""

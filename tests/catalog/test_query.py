@@ -1,0 +1,92 @@
+"""Filters, rankings and the derived ratios, on hand-made specs where the arithmetic is visible."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufly.catalog.query import METRICS, Filters, metric, rank, select
+from gpufly.catalog.spec import GpuSpec, peak_matmul_tflops
+from gpufly.errors import GpuflyError
+
+
+def make(id: str, **fields) -> GpuSpec:
+    base = dict(id=id, name=id.upper(), full_name=id, vendor="nvidia", segment="consumer",
+                architecture="Ampere", vram_gib=24, memory_type="GDDR6X", memory_bandwidth_gbps=900,
+                launch_year=2020, sources=("https://example.org",))
+    return GpuSpec(**{**base, **fields})
+
+
+CHEAP = make("cheap", fp32_tflops=10, fp16_tensor_tflops=40, tdp_w=200, launch_price_usd=400, vram_gib=12)
+BIG = make("big", fp32_tflops=50, fp16_tensor_tflops=400, bf16_tensor_tflops=400, fp8_tensor_tflops=800,
+           tdp_w=700, vram_gib=80, architecture="Hopper", segment="datacenter", memory_bandwidth_gbps=3350)
+OLD = make("old", fp32_tflops=8, fp16_tflops=0.14, tdp_w=180, launch_price_usd=600, vram_gib=8,
+           architecture="Pascal", vendor="nvidia")
+SOC = make("soc", vendor="apple", segment="soc", architecture="Apple M4 GPU", vram_gib=128)
+ALL = [CHEAP, BIG, OLD, SOC]
+
+
+def test_derived_ratios_follow_their_formulas() -> None:
+    assert CHEAP.derived["peak_tflops"] == 40
+    assert CHEAP.derived["tflops_per_usd"] == pytest.approx(40 / 400)
+    assert CHEAP.derived["tflops_per_watt"] == pytest.approx(40 / 200)
+    assert CHEAP.derived["gbps_per_usd"] == pytest.approx(900 / 400)
+    assert CHEAP.derived["vram_gib_per_usd"] == pytest.approx(12 / 400)
+    assert BIG.derived["tflops_per_usd"] is None, "no price published, no ratio invented"
+
+
+def test_peak_rate_takes_fp32_where_half_precision_is_slow() -> None:
+    assert peak_matmul_tflops(OLD) == 8
+    assert peak_matmul_tflops(SOC) is None
+
+
+def test_peak_rate_never_ranks_fp32_against_tensor_figures() -> None:
+    unpublished = make("turing", compute_capability="7.5", fp32_tflops=6.5)
+    assert unpublished.has_tensor_cores
+    assert peak_matmul_tflops(unpublished) is None
+
+
+def test_filters_combine() -> None:
+    assert select(ALL, Filters(min_vram_gib=24)) == [BIG, SOC]
+    assert select(ALL, Filters(has=("fp8",))) == [BIG]
+    assert select(ALL, Filters(has=("bf16", "fp8"), min_vram_gib=100)) == []
+    assert select(ALL, Filters(vendor="APPLE")) == [SOC]
+    assert select(ALL, Filters(arch="hop")) == [BIG]
+    assert select(ALL, Filters(segment="consumer")) == [CHEAP, OLD]
+
+
+@pytest.mark.parametrize("filters, message", [
+    (Filters(min_vram_gib=-1), "--min-vram must be zero or more"),
+    (Filters(vendor="nvdia"), "unknown vendor 'nvdia'; did you mean nvidia"),
+    (Filters(arch="volta"), "unknown architecture 'volta'"),
+    (Filters(has=("fp9",)), "unknown precision 'fp9'"),
+])
+def test_bad_filters_say_what_is_wrong(filters: Filters, message: str) -> None:
+    with pytest.raises(GpuflyError, match=message):
+        select(ALL, filters)
+
+
+def test_rank_puts_best_first_and_unknowns_last() -> None:
+    assert rank(ALL, METRICS["peak_tflops"]) == [BIG, CHEAP, OLD, SOC]
+    assert rank(ALL, METRICS["tflops_per_usd"]) == [CHEAP, OLD, BIG, SOC]
+    assert rank(ALL, METRICS["launch_price_usd"]) == [CHEAP, OLD, BIG, SOC], "cheapest first"
+    assert rank(ALL, METRICS["vram_gib"], reverse=True) == [OLD, CHEAP, BIG, SOC]
+
+
+@pytest.mark.parametrize("typed, key", [
+    ("tflops-per-usd", "tflops_per_usd"), ("TFLOPS_per_watt", "tflops_per_watt"), ("vram", "vram_gib"),
+    ("bandwidth", "memory_bandwidth_gbps"), ("fp16", "fp16_tensor_tflops"), ("gbps_per_usd", "gbps_per_usd"),
+    ("vram_gib_per_usd", "vram_gib_per_usd"), ("fp32_tflops", "fp32_tflops"), ("cc", "compute_capability"),
+])
+def test_metric_names_are_forgiving(typed: str, key: str) -> None:
+    assert metric(typed).key == key
+
+
+def test_unknown_metric_suggests() -> None:
+    with pytest.raises(GpuflyError, match="unknown metric 'bandwith'; did you mean bandwidth"):
+        metric("bandwith")
+
+
+def test_compute_capability_sorts_numerically() -> None:
+    newer = make("newer", compute_capability="12.0")
+    older = make("older", compute_capability="9.0")
+    assert rank([older, newer], metric("cc")) == [newer, older]

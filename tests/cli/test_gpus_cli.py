@@ -1,0 +1,92 @@
+"""`gpufly gpus` as a user runs it: tables, JSON shape, the chart, and clean errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def test_version_and_help(cli) -> None:
+    version = cli("--version")
+    assert version.code == 0 and version.stdout.strip() == "gpufly 0.1.0"
+    helped = cli("--help")
+    assert helped.code == 0
+    assert "gpus" in helped.stdout and "report" in helped.stdout
+
+
+def test_list_shows_a_table_of_every_gpu(cli, catalog) -> None:
+    result = cli("gpus")
+    assert result.code == 0
+    assert f"{len(catalog)} GPUs" in result.stdout
+    for name in ("RTX 4090", "H100 SXM", "Instinct MI300X", "M4 Max"):
+        assert name in result.stdout
+
+
+def test_sorted_list_ranks_best_first(cli) -> None:
+    result = cli("gpus", "--sort", "vram", "--vendor", "nvidia", "--json")
+    assert result.code == 0
+    vram = [gpu["vram_gib"] for gpu in json.loads(result.stdout)["gpus"]]
+    assert vram == sorted(vram, reverse=True)
+
+
+def test_json_shape_is_stable(cli) -> None:
+    data = json.loads(cli("gpus", "--has", "fp8", "--min-vram", "80", "--json").stdout)
+    assert data["schema_version"] == 1
+    assert data["count"] == len(data["gpus"]) > 0
+    first = data["gpus"][0]
+    for key in ("id", "name", "vram_gib", "memory_bandwidth_gbps", "fp8_tensor_tflops", "sources", "derived"):
+        assert key in first
+    assert set(first["derived"]) == {"peak_tflops", "tflops_per_usd", "tflops_per_watt", "gbps_per_usd",
+                                     "vram_gib_per_usd"}
+    assert all(gpu["vram_gib"] >= 80 and gpu["fp8_tensor_tflops"] for gpu in data["gpus"])
+
+
+def test_derived_sort_in_json(cli) -> None:
+    data = json.loads(cli("gpus", "--sort", "tflops-per-usd", "--json").stdout)
+    assert data["sort"] == "tflops_per_usd"
+    ratios = [gpu["derived"]["tflops_per_usd"] for gpu in data["gpus"]]
+    known = [r for r in ratios if r is not None]
+    assert known == sorted(known, reverse=True)
+    assert ratios[: len(known)] == known, "GPUs without a price come last"
+
+
+def test_show_prints_every_field_with_sources(cli) -> None:
+    result = cli("gpus", "show", "rtx4090")
+    assert result.code == 0
+    assert "NVIDIA GeForce RTX 4090" in result.stdout
+    assert "images.nvidia.com" in result.stdout
+    assert "82.6 TFLOPS" in result.stdout
+
+
+def test_show_json(cli) -> None:
+    data = json.loads(cli("gpus", "show", "a100-80g", "--json").stdout)
+    assert data["gpu"]["id"] == "a100-sxm4-80gb"
+    assert data["gpu"]["launch_price_usd"] is None
+
+
+def test_chart_writes_a_png(cli, tmp_path) -> None:
+    path = tmp_path / "ladder.png"
+    result = cli("gpus", "--chart", str(path), "--sort", "bandwidth")
+    assert result.code == 0, result.stderr
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "wrote" in result.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (("gpus", "show", "rtx 4009"), "error: unknown GPU 'rtx 4009'; did you mean RTX 4090"),
+    (("gpus", "--sort", "tflops_per_dollar"), "error: unknown metric 'tflops_per_dollar'"),
+    (("gpus", "--min-vram", "-8"), "error: --min-vram must be zero or more"),
+    (("gpus", "--min-vram", "lots"), "error: Invalid value for '--min-vram'"),
+    (("gpus", "--vendor", "intel"), "error: unknown vendor 'intel'"),
+    (("gpus", "--chart", "ladder.jpg"), "error: cannot draw a chart as '.jpg'"),
+    (("gpus", "--frobnicate"), "error: No such option: --frobnicate"),
+    (("gpus", "--chart", "/nonexistent-dir/ladder.png"), "error: cannot write /nonexistent-dir/ladder.png"),
+])
+def test_bad_input_is_one_error_line_and_exit_2(cli, args, message) -> None:
+    result = cli(*args)
+    assert result.code == 2
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(message), result.stderr
+    assert result.stdout == ""

@@ -1,0 +1,68 @@
+"""`gpufly report`'s machine section with a faked two-GPU host and on a host without a driver."""
+
+from __future__ import annotations
+
+import json
+
+import pynvml
+
+from gpufly.monitor.backends.host import HostFacts, cpu_model
+from gpufly.monitor.backends.nvml import Nvml
+from gpufly.report.machine import probe_machine
+from tests.fakes.pynvml_fake import FakePynvml
+
+HOST = HostFacts(os="Debian GNU/Linux 12 (bookworm)", kernel="Linux 6.1.0", machine="x86_64",
+                 python="3.11.7", cpu_model="AMD EPYC 9454 48-Core Processor", cpu_physical_cores=48,
+                 cpu_logical_cores=96, memory_total_bytes=512 * 2**30, memory_available_bytes=480 * 2**30)
+
+
+def test_gpus_are_matched_to_the_catalog() -> None:
+    report = probe_machine(Nvml(FakePynvml.from_fixture("nvml_two_gpus.json")), host=HOST)
+    assert [gpu.spec.id for gpu in report.gpus] == ["h100-sxm", "a100-sxm4-80gb"]
+    assert report.driver_version == "550.54.15"
+    assert report.summary.startswith("2 NVIDIA GPU(s): NVIDIA H100 80GB HBM3, NVIDIA A100-SXM4-80GB")
+    data = report.to_dict()
+    assert data["gpus"][0]["catalog_id"] == "h100-sxm"
+    assert data["gpus"][1]["memory_total_bytes"] == 85899345920
+    json.dumps(data)
+
+
+def test_no_driver_says_so_and_describes_the_cpu() -> None:
+    report = probe_machine(Nvml(FakePynvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)), host=HOST)
+    assert report.gpus == []
+    assert report.summary == ("no NVIDIA GPU found (NVML library not found (no NVIDIA driver installed)); "
+                              "CPU: AMD EPYC 9454 48-Core Processor")
+
+
+def test_cpu_model_reads_proc_cpuinfo(tmp_path) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\n"
+                       "model name\t: Intel(R) Xeon(R) Gold 6338\n")
+    assert cpu_model(cpuinfo) == "Intel(R) Xeon(R) Gold 6338"
+
+
+def test_report_command_on_this_machine(cli) -> None:
+    result = cli("report", "--json")
+    assert result.code == 0, result.stderr
+    machine = json.loads(result.stdout)["machine"]
+    assert machine["host"]["cpu_logical_cores"] >= 1
+    assert machine["host"]["memory_total_bytes"] > 0
+    if not machine["gpus"]:
+        assert machine["summary"].startswith("no NVIDIA GPU found")
+    text = cli("report")
+    assert text.code == 0 and "This machine" in text.stdout
+
+
+def test_rendered_report_names_each_gpu_and_its_catalog_entry() -> None:
+    from rich.console import Console
+
+    from gpufly.cli.report import render_machine
+
+    report = probe_machine(Nvml(FakePynvml.from_fixture("nvml_two_gpus.json")), host=HOST)
+    out = Console(width=120, record=True, color_system=None)
+    render_machine(report, out)
+    text = out.export_text()
+    assert "AMD EPYC 9454 48-Core Processor: 48 cores, 96 threads" in text
+    assert "550.54.15" in text and "12.4" in text
+    assert "H100 SXM" in text and "A100 80GB SXM" in text
+    assert "79.6 GiB" in text
