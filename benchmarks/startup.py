@@ -39,8 +39,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     runs = parser.parse_args().runs
-    print(f"# gpufly start-up, {runs} runs each after 1 warm-up; {platform.processor() or platform.machine()}, "
-          f"Python {platform.python_version()}")
+    machine = platform.processor() or platform.machine()
+    python = platform.python_version()
+    print(f"# gpufly start-up, {runs} runs each after 1 warm-up; {machine}, Python {python}")
     print(f"{'command':<45} {'median s':>9} {'min s':>7} {'max s':>7}")
     for args in COMMANDS:
         times = time_command(args, runs)
