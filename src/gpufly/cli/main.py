@@ -9,7 +9,7 @@ import typer
 from typer._click.exceptions import ClickException
 
 from gpufly import __version__
-from gpufly.cli import gpus, report
+from gpufly.cli import advise, gpus, report
 from gpufly.cli.render import error_console
 from gpufly.errors import GpuflyError
 
@@ -23,6 +23,9 @@ app = typer.Typer(
 )
 app.add_typer(gpus.app, name="gpus")
 app.command(name="report")(report.report)
+app.command(name="fit")(advise.fit)
+app.command(name="recommend")(advise.recommend)
+app.command(name="models")(advise.models)
 
 
 def _show_version(value: bool) -> None:

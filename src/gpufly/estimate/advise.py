@@ -1,0 +1,206 @@
+"""The advisor: does a job fit on a GPU, what would make it fit, and which GPUs to buy or rent."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from gpufly.catalog.lookup import Catalog
+from gpufly.catalog.spec import GpuSpec
+from gpufly.errors import GpuflyError
+from gpufly.estimate.engines import GIB
+from gpufly.estimate.job import Job
+from gpufly.estimate.memory import MemoryBreakdown, memory
+from gpufly.estimate.speed import Speed, speed
+from gpufly.models.spec import ModelSpec
+
+GPU_COUNTS = (1, 2, 4, 8)
+_COUNT = re.compile(r"^\s*(\d+)\s*[x\u00d7*]\s*(.+)$", re.IGNORECASE)
+
+
+def parse_gpu(text: str, catalog: Catalog) -> tuple[GpuSpec, int]:
+    """'H100', '2xH100' or '4 x rtx 4090' -> (spec, count)."""
+    match = _COUNT.match(text)
+    count, name = (int(match.group(1)), match.group(2)) if match else (1, text)
+    if count <= 0:
+        raise GpuflyError(f"GPU count must be at least 1 in '{text}'", hint="e.g. --gpu 2xH100")
+    return catalog.get(name), count
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The verdict for one model, job and GPU (``job.gpus`` of them)."""
+
+    model: ModelSpec
+    gpu: GpuSpec
+    job: Job
+    memory: MemoryBreakdown
+    speed: Speed
+
+    @property
+    def capacity_bytes(self) -> int:
+        """Memory the job may use on each GPU (vLLM: its gpu_memory_utilization share)."""
+        share = self.job.gpu_memory_utilization if self.job.engine == "vllm" and not self.job.training else 1.0
+        return int(self.gpu.vram_gib * GIB * share)
+
+    @property
+    def free_bytes(self) -> int:
+        return self.capacity_bytes - self.memory.total_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.free_bytes >= 0
+
+    @property
+    def verdict(self) -> str:
+        gib = abs(self.free_bytes) / GIB
+        where = f"{self.job.gpus}x {self.gpu.name}" if self.job.gpus > 1 else self.gpu.name
+        if self.fits:
+            return f"fits on {where}, with {gib:.1f} GiB free per GPU"
+        return f"does not fit on {where}: short by {gib:.1f} GiB per GPU"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpu": self.gpu.id, "gpu_name": self.gpu.name, "gpus": self.job.gpus, "fits": self.fits,
+                "verdict": self.verdict, "capacity_bytes": self.capacity_bytes, "free_bytes": self.free_bytes,
+                "memory": self.memory.to_dict(), "speed": self.speed.to_dict()}
+
+
+def fit(model: ModelSpec, gpu: GpuSpec, job: Job) -> Fit:
+    return Fit(model, gpu, job, memory(model, job), speed(model, gpu, job))
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change to the job, and what it does to memory."""
+
+    description: str
+    fit: Fit
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"change": self.description, "fits": self.fit.fits,
+                "per_gpu_total_bytes": self.fit.memory.total_bytes, "free_bytes": self.fit.free_bytes}
+
+
+def largest(model: ModelSpec, gpu: GpuSpec, job: Job, field: str, upper: int) -> int | None:
+    """The largest value of ``field`` (context or batch) in 1..upper that still fits, by bisection
+    (memory grows monotonically with both)."""
+    def ok(value: int) -> bool:
+        return fit(model, gpu, job.with_(**{field: value})).fits
+
+    if not ok(1):
+        return None
+    low, high = 1, upper
+    if ok(high):
+        return high
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if ok(middle) else (low, middle)
+    return low
+
+
+def _inference_changes(job: Job, gpu: GpuSpec) -> Iterable[tuple[str, Job]]:
+    order = ["fp8", "int8", "int4"] if gpu.fp8_tensor_tflops else ["int8", "int4"]
+    for quant in order:
+        if quant != job.quant:
+            yield f"--quant {quant}", job.with_(quant=quant)
+    if job.engine != "llama.cpp":
+        yield "--engine llama.cpp --quant q4_k_m", job.with_(engine="llama.cpp", quant="q4_k_m")
+    if job.kv_format in ("fp16", "bf16"):
+        yield "--kv fp8", job.with_(kv_format="fp8")
+
+
+def _training_changes(job: Job) -> Iterable[tuple[str, Job]]:
+    if not job.checkpointing:
+        yield "--checkpointing", job.with_(checkpointing=True)
+    if job.task == "full":
+        yield "--task lora", job.with_(task="lora")
+        if job.optimizer == "adamw":
+            yield "--optimizer adamw8bit", job.with_(optimizer="adamw8bit")
+    if job.task in ("full", "lora"):
+        yield "--task qlora --checkpointing", job.with_(task="qlora", checkpointing=True)
+    if job.batch > 1:
+        yield "--batch 1", job.with_(batch=1)
+
+
+def changes(current: Fit) -> list[Change]:
+    """Changes that would make the job fit (or fit with more room), each with its new total."""
+    model, gpu, job = current.model, current.gpu, current.job
+    candidates = list(_training_changes(job) if job.training else _inference_changes(job, gpu))
+    if not current.fits and job.context > 1:
+        best = largest(model, gpu, job, "context", job.context)
+        if best is not None:
+            candidates.append((f"--ctx {best}", job.with_(context=best)))
+    for count in GPU_COUNTS:
+        if count > job.gpus:
+            zero = {"zero": 3} if job.task == "full" else {}
+            flag = " --zero 3" if zero else ""
+            candidates.append((f"--gpu {count}x{gpu.name.replace(' ', '')}{flag}", job.with_(gpus=count, **zero)))
+    results = [Change(text, fit(model, gpu, changed)) for text, changed in candidates]
+    return [change for change in results if change.fit.fits] if not current.fits else results[:4]
+
+
+@dataclass(frozen=True)
+class Pick:
+    """One recommended configuration: a GPU, how many, and what it delivers."""
+
+    fit: Fit
+    price_usd: float | None
+    throughput: float | None
+    unit: str
+
+    @property
+    def per_dollar(self) -> float | None:
+        return self.throughput / self.price_usd if self.throughput and self.price_usd else None
+
+    @property
+    def per_watt(self) -> float | None:
+        watts = (self.fit.gpu.tdp_w or 0) * self.fit.job.gpus
+        return self.throughput / watts if self.throughput and watts else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.fit.to_dict(), "price_usd": self.price_usd, "throughput": self.throughput,
+                "unit": self.unit, "per_dollar": self.per_dollar, "per_watt": self.per_watt}
+
+
+def headline(s: Speed, job: Job) -> tuple[float | None, str]:
+    """The one number to rank by: decode tok/s for inference, training tokens or samples per second."""
+    if not job.training:
+        return s.decode_tok_s, "tok/s (decode)"
+    if s.train_tokens_s is not None:
+        return s.train_tokens_s, "tokens/s (train)"
+    return s.train_samples_s, "samples/s (train)"
+
+
+PREFERENCES: dict[str, Callable[[Pick], float]] = {
+    "speed": lambda p: p.throughput or 0.0,
+    "cost": lambda p: p.per_dollar or 0.0,
+    "power": lambda p: p.per_watt or 0.0,
+}
+
+
+def recommend(model: ModelSpec, job: Job, catalog: Iterable[GpuSpec], budget_usd: float | None = None,
+              max_gpus: int = 8, prefer: str = "speed") -> list[Pick]:
+    """For each GPU, the fewest of it (1, 2, 4, 8) that fit the job; ranked by ``prefer``."""
+    if prefer not in PREFERENCES:
+        raise GpuflyError(f"unknown preference '{prefer}'", hint="--prefer speed, cost or power")
+    if budget_usd is not None and budget_usd <= 0:
+        raise GpuflyError(f"--budget must be positive, got {budget_usd:g}", hint="e.g. --budget 5000")
+    if max_gpus <= 0:
+        raise GpuflyError(f"--max-gpus must be at least 1, got {max_gpus}")
+    picks: list[Pick] = []
+    for gpu in catalog:
+        for count in (c for c in GPU_COUNTS if c <= max_gpus):
+            changed = job.with_(gpus=count, zero=3 if job.task == "full" and count > 1 else job.zero)
+            verdict = fit(model, gpu, changed)
+            if not verdict.fits:
+                continue
+            price = gpu.launch_price_usd * count if gpu.launch_price_usd else None
+            if budget_usd is not None and (price is None or price > budget_usd):
+                break
+            throughput, unit = headline(verdict.speed, changed)
+            picks.append(Pick(verdict, price, throughput, unit))
+            break
+    key = PREFERENCES[prefer]
+    return sorted(picks, key=lambda p: (key(p) > 0, key(p)), reverse=True)

@@ -1,0 +1,254 @@
+"""Memory breakdowns per GPU for inference and training, term by term, with the formula's source.
+
+Conventions: bytes as int; per GPU. Inference across N GPUs is tensor parallel (weights and KV
+heads split); training across N GPUs is data parallel, with ZeRO/FSDP sharding when asked, and
+``Job.batch`` is the micro-batch on each GPU. docs/estimates.md gives every formula and source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufly.estimate.engines import ALLOCATOR_FRAGMENTATION, engine
+from gpufly.estimate.formats import WeightFormat, kv_bytes, weight_format
+from gpufly.estimate.job import Job
+from gpufly.models.spec import ModelSpec
+
+LLAMA_CPP_BATCH = 512
+"""llama.cpp's default n_batch, which sizes its compute buffer."""
+LLAMA_CPP_CTX_PAD = 256
+VLLM_MAX_BATCHED_TOKENS = 8192
+"""vLLM profiles its activation peak at max_num_batched_tokens (8192 with chunked prefill)."""
+OPTIMIZER_STATE_BYTES = {"adamw": 8.0, "adamw8bit": 2.0, "sgd": 0.0, "sgd-momentum": 4.0}
+"""Bytes of optimizer state per trainable parameter: Adam's two fp32 moments; bitsandbytes 8-bit
+Adam's two int8 moments (Dettmers et al. 2022, block constants ignored); SGD's fp32 momentum.
+Adafactor is computed from the matrix shapes (factored second moment, Shazeer and Stern 2018)."""
+ADAPTER_BYTES_PER_PARAM = 4 + 4
+"""LoRA adapters train in fp32: weight and gradient; their optimizer states are added apart."""
+
+
+@dataclass(frozen=True)
+class MemoryItem:
+    name: str
+    bytes: int
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "bytes": self.bytes, "note": self.note}
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """What one GPU holds for the job, item by item."""
+
+    items: tuple[MemoryItem, ...]
+    gpus: int = 1
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(item.bytes for item in self.items)
+
+    def get(self, name: str) -> int:
+        return sum(item.bytes for item in self.items if item.name == name)
+
+    def without(self, *names: str) -> int:
+        return sum(item.bytes for item in self.items if item.name not in names)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"per_gpu_total_bytes": self.total_bytes, "gpus": self.gpus,
+                "items": [item.to_dict() for item in self.items], "notes": list(self.notes)}
+
+
+def lm_head_params(spec: ModelSpec) -> int:
+    if spec.tie_embeddings or spec.vocab is None or spec.hidden is None:
+        return 0
+    return spec.vocab * spec.hidden
+
+
+def weight_bytes(spec: ModelSpec, fmt: WeightFormat) -> int:
+    """Bytes of all weights in ``fmt``; exact from the file when the source is a file in that format."""
+    if spec.weight_bytes is not None and (spec.weight_format or "").upper() == fmt.name.upper():
+        return spec.weight_bytes
+    kept = spec.embedding_params + lm_head_params(spec) if fmt.keeps_embeddings_16bit else 0
+    return round((spec.params - kept) * fmt.bits_per_weight / 8 + kept * 2)
+
+
+def kv_cache_bytes(spec: ModelSpec, tokens: int, batch: int, kv_format: str) -> int:
+    """KV cache for ``batch`` sequences of ``tokens``: GQA heads, MLA latents, sliding windows.
+
+    MHA/GQA: 2 (K and V) x kv_heads x head_dim x bytes per layer and token. MLA: one latent of
+    kv_lora_rank plus a RoPE key of rope_head_dim, no factor 2 (DeepSeek-V2 paper, section 2.1).
+    Sliding-window layers hold at most ``sliding_window`` tokens.
+    """
+    attention = spec.attention
+    if attention is None or spec.layers is None or spec.kind not in ("decoder",):
+        return 0
+    element = kv_bytes(kv_format)
+    if attention.kind == "mla":
+        per_layer_token = (attention.kv_lora_rank + attention.rope_head_dim) * element
+    else:
+        per_layer_token = 2 * attention.kv_heads * attention.head_dim * element
+    full_layers = spec.layers - attention.sliding_layers
+    windowed = min(tokens, attention.sliding_window) if attention.sliding_window else tokens
+    token_layers = full_layers * tokens + attention.sliding_layers * windowed
+    return round(per_layer_token * token_layers * batch)
+
+
+def _mlp_width(spec: ModelSpec) -> int:
+    """Intermediate width one token passes through: the dense MLP, or its active experts."""
+    if spec.moe is not None and spec.hidden:
+        expert_width = spec.moe.expert_params // (3 * spec.hidden)
+        return expert_width * (spec.moe.active + spec.moe.shared)
+    return spec.intermediate or 4 * (spec.hidden or 0)
+
+
+def _prefill_activation_bytes(spec: ModelSpec, tokens: int) -> int:
+    """Peak of one layer's live tensors in a 16-bit prefill of ``tokens`` (flash attention): the
+    gate, up and activated MLP outputs (3F) beside the residual, norm and attention output (4h).
+    Calibrated on Qwen2.5's published transformers memory table (docs/calibration.md)."""
+    h = spec.hidden or 0
+    return tokens * (3 * _mlp_width(spec) + 4 * h) * 2
+
+
+def _llama_cpp_compute_buffer(spec: ModelSpec, context: int) -> int:
+    """ollama's GraphSize for llama-style models with full offload (llm/memory.go)."""
+    h, heads, vocab = spec.hidden or 0, spec.heads or 0, spec.vocab or 0
+    n = LLAMA_CPP_BATCH
+    return max(4 * n * (1 + 4 * h + context * (1 + heads)), 4 * n * (h + vocab))
+
+
+def _context_items(items: list[MemoryItem], context_bytes: int, note: str) -> list[MemoryItem]:
+    fragmentation = round(sum(item.bytes for item in items) * ALLOCATOR_FRAGMENTATION)
+    return [*items, MemoryItem("allocator", fragmentation, f"{ALLOCATOR_FRAGMENTATION:.0%} rounding and "
+                               "fragmentation"), MemoryItem("runtime", context_bytes, note)]
+
+
+def inference_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
+    """Memory per GPU to serve ``spec`` as ``job`` says, tensor parallel across ``job.gpus``."""
+    fmt = weight_format(job.quant)
+    runtime = engine(job.engine)
+    tp = job.gpus
+    weights = weight_bytes(spec, fmt)
+    context = job.context
+    if runtime.preallocates_context:
+        context = -(-context // LLAMA_CPP_CTX_PAD) * LLAMA_CPP_CTX_PAD
+    kv = kv_cache_bytes(spec, context, job.batch, job.kv_format)
+    kv_split = 1 if spec.attention is None or spec.attention.kind == "mla" else min(tp, spec.attention.kv_heads or 1)
+    notes: list[str] = []
+    if runtime.name == "llama.cpp":
+        activations = _llama_cpp_compute_buffer(spec, context)
+        act_note = "compute buffer, ollama's GraphSize formula at n_batch 512"
+    elif spec.is_transformer:
+        tokens = context * job.batch
+        if runtime.name == "vllm":
+            tokens = min(tokens, VLLM_MAX_BATCHED_TOKENS)
+        activations = _prefill_activation_bytes(spec, tokens) // tp + job.batch * (spec.vocab or 0) * 4
+        act_note = f"prefill peak for {tokens:,} tokens (flash attention) + fp32 logits of the last token"
+    else:
+        activations = round((spec.activation_bytes_per_sample or 0) * job.batch)
+        act_note = "upper bound: the activations a training step saves, per sample x batch"
+    items = [
+        MemoryItem("weights", weights // tp, f"{spec.params:,} params at {fmt.name} "
+                   f"({fmt.bits_per_weight:.3g} bits/weight)" + (f", split over {tp} GPUs" if tp > 1 else "")),
+        MemoryItem("kv_cache", kv // kv_split, f"{job.batch} x {context:,} tokens at {job.kv_format}"),
+        MemoryItem("activations", activations, act_note),
+    ]
+    if runtime.name == "vllm":
+        notes.append(f"vLLM takes gpu_memory_utilization x VRAM ({job.gpu_memory_utilization:.0%}) at start "
+                     "and fills what is left with KV cache blocks")
+    return MemoryBreakdown(tuple(_context_items(items, runtime.context_bytes, f"{runtime.name} CUDA context "
+                                                "and buffers")), gpus=tp, notes=tuple(notes))
+
+
+def _adafactor_state_bytes(spec: ModelSpec) -> int:
+    matrices = sum(count * (rows + cols) for rows, cols, count in spec.linear_shapes.values())
+    in_matrices = sum(count * rows * cols for rows, cols, count in spec.linear_shapes.values())
+    return 4 * (matrices + (spec.params - in_matrices))
+
+
+def _optimizer_state_bytes(spec: ModelSpec, job: Job, trainable: int) -> int:
+    if job.optimizer == "adafactor":
+        return _adafactor_state_bytes(spec) if job.task == "full" else 4 * trainable
+    return round(OPTIMIZER_STATE_BYTES[job.optimizer] * trainable)
+
+
+def lora_adapter_params(spec: ModelSpec, job: Job) -> int:
+    """r x (in + out) per adapted matrix, over the target modules the model has."""
+    return sum(job.lora_rank * (rows + cols) * count for name, (rows, cols, count) in spec.linear_shapes.items()
+               if name.split(".")[-1] in job.lora_targets)
+
+
+def training_activation_bytes(spec: ModelSpec, job: Job) -> tuple[int, str]:
+    """Activations saved for backward on one GPU, and how they were counted.
+
+    Transformers: per layer s*b*(12h + 4*k*d + 8F) bytes at 16-bit (the Korthikanti et al. 2022
+    accounting generalised to RMSNorm, GQA and gated MLPs, no dropout) plus flash attention's fp32
+    log-sum-exp (4*a*s*b), or eager attention's score and softmax matrices (4*a*s^2*b); full
+    checkpointing keeps 2*s*b*h per layer plus one layer being recomputed. Logits: 16-bit logits,
+    their fp32 upcast and its gradient, 10*b*s*V. Other models: the fake-tensor count per sample.
+    """
+    scale = 1 if job.mixed_precision else 2
+    if not spec.is_transformer:
+        per_sample = spec.activation_bytes_per_sample
+        if per_sample is None:
+            return 0, "unknown: no activation measurement for this model"
+        factor = 0.5 if job.mixed_precision else 1.0
+        return round(per_sample * job.batch * factor), "fake-tensor count of saved tensors" + (
+            ", halved for 16-bit autocast" if job.mixed_precision else "")
+    assert spec.attention is not None and spec.layers is not None and spec.hidden is not None
+    s, b, h, heads = job.context, job.batch, spec.hidden, spec.heads or 1
+    kv_width = (2 * spec.attention.kv_heads * spec.attention.head_dim if spec.attention.kind == "mha"
+                else spec.attention.kv_lora_rank + spec.attention.rope_head_dim)
+    per_layer = s * b * (12 * h + 2 * kv_width + 8 * _mlp_width(spec)) * scale
+    per_layer += 4 * heads * s * b if job.flash_attention else 4 * heads * s * s * b * scale
+    if job.checkpointing:
+        body = spec.layers * 2 * s * b * h * scale + per_layer
+        how = "full checkpointing: layer inputs kept, one layer recomputed"
+    else:
+        body = spec.layers * per_layer
+        how = "all layers' activations" + (" (flash attention)" if job.flash_attention else " (eager attention)")
+    logits = 10 * b * s * (spec.vocab or 0) if spec.kind == "decoder" else 0
+    return body + logits, how
+
+
+def training_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
+    """Memory per GPU to train ``spec`` as ``job`` says (ZeRO accounting, Rajbhandari et al. 2020)."""
+    n = job.gpus
+    items: list[MemoryItem] = []
+    if job.task == "full":
+        params = spec.params
+        weight_b, grad_b = (2, 2) if job.mixed_precision else (4, 4)
+        master = 4 * params if job.mixed_precision else 0
+        states = _optimizer_state_bytes(spec, job, params)
+        shard = {name: (n if job.zero >= stage else 1) for name, stage in
+                 (("optimizer", 1), ("gradients", 2), ("weights", 3))}
+        zero_note = f" / {n} (ZeRO-{job.zero})" if job.zero and n > 1 else ""
+        items += [
+            MemoryItem("weights", weight_b * params // shard["weights"],
+                       f"{params:,} params at {weight_b} B" + (zero_note if job.zero >= 3 else "")),
+            MemoryItem("gradients", grad_b * params // shard["gradients"],
+                       f"{grad_b} B per param" + (zero_note if job.zero >= 2 else "")),
+            MemoryItem("optimizer", (master + states) // shard["optimizer"],
+                       (f"fp32 master weights + {job.optimizer} states" if master else f"{job.optimizer} states")
+                       + (zero_note if job.zero >= 1 else "")),
+        ]
+    else:
+        base = weight_format("nf4" if job.task == "qlora" else job.quant)
+        adapters = lora_adapter_params(spec, job)
+        items += [
+            MemoryItem("weights", weight_bytes(spec, base), f"frozen base at {base.name}"),
+            MemoryItem("lora_adapters", adapters * ADAPTER_BYTES_PER_PARAM,
+                       f"rank {job.lora_rank} on {', '.join(job.lora_targets)}: {adapters:,} params, fp32 "
+                       "weights and gradients"),
+            MemoryItem("optimizer", _optimizer_state_bytes(spec, job, adapters), f"{job.optimizer} states"),
+        ]
+    activations, how = training_activation_bytes(spec, job)
+    items.append(MemoryItem("activations", activations, f"micro-batch {job.batch} x {job.context:,}: {how}"))
+    return MemoryBreakdown(tuple(_context_items(items, engine("transformers").context_bytes,
+                                                "PyTorch CUDA context")), gpus=n)
+
+
+def memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
+    return training_memory(spec, job) if job.training else inference_memory(spec, job)

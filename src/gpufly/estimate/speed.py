@@ -1,0 +1,168 @@
+"""Speed from a roofline with calibrated efficiencies: decode, prefill and training throughput.
+
+Decode is bandwidth-bound: each step reads the active weights and every sequence's KV cache.
+Prefill and training are compute-bound: FLOPs over the dense tensor rate of the precision in use.
+Each engine's efficiency and per-layer overhead are named constants (estimate/engines.py),
+fitted on public measurements (benchmarks/estimate_accuracy.py, docs/calibration.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from gpufly.catalog.spec import GpuSpec
+from gpufly.estimate.engines import GGUF_BANDWIDTH_FACTOR, TRAINING_MFU, Engine, engine
+from gpufly.estimate.formats import WeightFormat, kv_bytes, weight_format
+from gpufly.estimate.job import Job
+from gpufly.estimate.memory import kv_cache_bytes, lm_head_params, weight_bytes
+from gpufly.models.spec import ModelSpec
+
+TP_ALLREDUCE_S = 10e-6
+"""Two all-reduces per layer and token under tensor parallelism; ~8-10 us each on NVLink for
+decode-sized messages (llm-analysis uses an 8 us intra-node minimum)."""
+QLORA_SLOWDOWN = 1.3
+"""QLoRA dequantizes every NF4 weight on the fly, forward and backward (bitsandbytes)."""
+
+_RATE_FIELDS = {
+    "fp16": ("fp16_tensor_tflops", "bf16_tensor_tflops"),
+    "bf16": ("bf16_tensor_tflops", "fp16_tensor_tflops"),
+    "fp8": ("fp8_tensor_tflops", "fp16_tensor_tflops", "bf16_tensor_tflops"),
+    "tf32": ("tf32_tensor_tflops", "fp32_tflops"),
+    "fp32": ("fp32_tflops",),
+}
+
+
+@dataclass(frozen=True)
+class Speed:
+    """Predicted throughput; a None figure comes with ``why`` saying what is unknown."""
+
+    decode_tok_s: float | None = None
+    prefill_tok_s: float | None = None
+    time_to_first_token_s: float | None = None
+    train_tokens_s: float | None = None
+    train_samples_s: float | None = None
+    bound: str = ""
+    why: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def peak_flops(gpu: GpuSpec, dtype: str) -> float | None:
+    """Dense FLOP/s at ``dtype`` from the catalog, falling back along the precision chain; for a
+    GPU without tensor cores (Pascal), the FP16 or FP32 rate it really has."""
+    for name in _RATE_FIELDS[dtype]:
+        rate = getattr(gpu, name)
+        if rate is not None:
+            return rate * 1e12
+    if not gpu.has_tensor_cores:
+        plain = gpu.fp16_tflops if dtype in ("fp16", "bf16") and gpu.fp16_tflops else gpu.fp32_tflops
+        return plain * 1e12 if plain else None
+    return None
+
+
+def _bandwidth_efficiency(runtime: Engine, fmt: WeightFormat) -> float:
+    factor = GGUF_BANDWIDTH_FACTOR.get(fmt.name, 1.0) if runtime.name == "llama.cpp" else 1.0
+    return runtime.decode_bandwidth_efficiency * factor
+
+
+def decode_weight_bytes(spec: ModelSpec, fmt: WeightFormat, batch: int) -> float:
+    """Weight bytes one decode step reads. MoE: the shared part plus the experts the batch's tokens
+    touch, E_eff = E * (1 - (1 - k/E)^B) per layer with uniform routing (B=1 reads k experts)."""
+    total = weight_bytes(spec, fmt)
+    embedding = spec.embedding_params * (2 if fmt.keeps_embeddings_16bit else fmt.bits_per_weight / 8)
+    read = total - embedding + (0 if lm_head_params(spec) else embedding)
+    moe = spec.moe
+    if moe is None:
+        return read
+    expert_bytes = moe.expert_params * fmt.bits_per_weight / 8
+    touched = moe.experts * (1 - (1 - moe.active / moe.experts) ** batch)
+    return read - moe.layers * (moe.experts - touched) * expert_bytes
+
+
+def decode_step_s(spec: ModelSpec, gpu: GpuSpec, job: Job, position: int) -> float:
+    """Seconds for one decode step of ``job.batch`` sequences at KV position ``position``."""
+    fmt = weight_format(job.quant)
+    runtime = engine(job.engine)
+    layers = spec.layers or 1
+    bytes_read = decode_weight_bytes(spec, fmt, job.batch) + kv_cache_bytes(spec, position, job.batch, job.kv_format)
+    bandwidth = gpu.memory_bandwidth_gbps * 1e9 * _bandwidth_efficiency(runtime, fmt) * job.gpus
+    memory_time = bytes_read / bandwidth
+    compute = peak_flops(gpu, fmt.compute_dtype)
+    compute_time = (2 * spec.params_per_token * job.batch / (compute * runtime.prefill_compute_efficiency * job.gpus)
+                    if compute else 0.0)
+    overhead = layers * (runtime.decode_overhead_s_per_layer + (2 * TP_ALLREDUCE_S if job.gpus > 1 else 0.0))
+    return max(memory_time, compute_time) + overhead
+
+
+def prefill_flops(spec: ModelSpec, tokens: int) -> float:
+    """2 * active params per token, plus causal attention's 2 * L * s^2 * heads * head_dim."""
+    attention = 0.0
+    if spec.attention is not None and spec.layers and spec.heads:
+        head_dim = spec.attention.head_dim or (spec.hidden or 0) // spec.heads
+        attention = 2 * spec.layers * tokens**2 * spec.heads * head_dim
+    return 2 * spec.params_per_token * tokens + attention
+
+
+def prefill_s(spec: ModelSpec, gpu: GpuSpec, job: Job, tokens: int) -> float | None:
+    fmt = weight_format(job.quant)
+    runtime = engine(job.engine)
+    compute = peak_flops(gpu, fmt.compute_dtype)
+    if compute is None:
+        return None
+    flops = prefill_flops(spec, tokens) * job.batch
+    compute_time = flops / (compute * runtime.prefill_compute_efficiency * job.gpus)
+    memory_time = weight_bytes(spec, fmt) / (gpu.memory_bandwidth_gbps * 1e9 * job.gpus)
+    return max(compute_time, memory_time) + (spec.layers or 1) * runtime.decode_overhead_s_per_layer
+
+
+def training_flops_per_token(spec: ModelSpec, job: Job) -> float:
+    """6 * active params (forward 2, backward 4) + causal attention 6 * L * s * heads * head_dim;
+    LoRA skips the frozen weights' gradients (4 * P); full recomputation adds one forward."""
+    param_factor = 6 if job.task == "full" else 4
+    if job.checkpointing:
+        param_factor += 2
+    attention = 0.0
+    if spec.attention is not None and spec.layers and spec.heads:
+        head_dim = spec.attention.head_dim or (spec.hidden or 0) // spec.heads
+        attention = (param_factor / 6) * 6 * spec.layers * job.context * spec.heads * head_dim
+    return param_factor * spec.params_per_token + attention
+
+
+def _training_dtype(job: Job) -> str:
+    return "bf16" if job.mixed_precision else "tf32"
+
+
+def training_speed(spec: ModelSpec, gpu: GpuSpec, job: Job) -> Speed:
+    peak = peak_flops(gpu, _training_dtype(job))
+    if peak is None:
+        return Speed(why=f"{gpu.vendor.upper()} publishes no dense tensor rate for the {gpu.name}")
+    rate = peak * TRAINING_MFU * job.gpus / (QLORA_SLOWDOWN if job.task == "qlora" else 1.0)
+    if spec.is_transformer:
+        tokens = rate / training_flops_per_token(spec, job)
+        return Speed(train_tokens_s=tokens, train_samples_s=tokens / job.context, bound="compute")
+    if spec.forward_flops_per_sample:
+        return Speed(train_samples_s=rate / (3 * spec.forward_flops_per_sample), bound="compute")
+    return Speed(why="no FLOP count for this model")
+
+
+def inference_speed(spec: ModelSpec, gpu: GpuSpec, job: Job, prompt_tokens: int | None = None) -> Speed:
+    """Decode tok/s at the end of the context (the slowest point), prefill tok/s for the prompt."""
+    kv_bytes(job.kv_format)
+    if not spec.is_transformer or spec.kind != "decoder":
+        return Speed(why="token speeds apply to decoder language models")
+    prompt = prompt_tokens if prompt_tokens is not None else max(1, job.context // 2)
+    step = decode_step_s(spec, gpu, job, job.context)
+    prefill = prefill_s(spec, gpu, job, prompt)
+    return Speed(
+        decode_tok_s=job.batch / step,
+        prefill_tok_s=prompt * job.batch / prefill if prefill else None,
+        time_to_first_token_s=prefill,
+        bound="memory bandwidth (decode)",
+        why="" if prefill else f"no published dense tensor rate for the {gpu.name}: prefill unknown",
+    )
+
+
+def speed(spec: ModelSpec, gpu: GpuSpec, job: Job) -> Speed:
+    return training_speed(spec, gpu, job) if job.training else inference_speed(spec, gpu, job)

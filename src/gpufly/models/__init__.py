@@ -1,0 +1,1 @@
+"""Model specs from presets, Hugging Face config.json files, GGUF files and PyTorch factories."""

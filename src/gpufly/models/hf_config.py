@@ -1,0 +1,271 @@
+"""Read a Hugging Face config.json into a ModelSpec without transformers: closed-form counts.
+
+Covers the decoder families gpufly ships presets for (llama, mistral, mixtral, qwen2, qwen3,
+qwen3_moe, qwen2_moe, gemma2, gemma3, phi3, deepseek_v3), plus gpt2, bert and vit. The counts
+follow each family's module layout in transformers; tests hold them to the publishers' figures.
+With transformers installed, `models.meta` builds the model on the meta device instead, for any
+architecture it knows.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpufly.errors import GpuflyError
+from gpufly.models.spec import Attention, ModelSpec, MoE
+
+LLAMA_STYLE = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "gemma",
+               "gemma2", "gemma3_text", "phi3", "deepseek_v3", "deepseek_v2", "olmo2", "granite"}
+ENCODERS = {"bert", "roberta", "vit"}
+SUPPORTED = sorted(LLAMA_STYLE | ENCODERS | {"gpt2", "gemma3"})
+
+
+class Config:
+    """A config dict that names the missing field when a needed one is absent."""
+
+    def __init__(self, data: dict[str, Any], where: str) -> None:
+        self.data = data
+        self.where = where
+
+    def need(self, *names: str) -> Any:
+        for name in names:
+            if self.data.get(name) is not None:
+                return self.data[name]
+        raise GpuflyError(f"{self.where} lacks the field '{names[0]}'",
+                          hint=f"a {self.data.get('model_type', 'model')} config.json needs {', '.join(names)}")
+
+    def get(self, name: str, default: Any = None) -> Any:
+        value = self.data.get(name)
+        return default if value is None else value
+
+
+def load_config_file(path: Path) -> dict[str, Any]:
+    """The parsed config.json at ``path`` (a file, or a folder holding one)."""
+    target = path / "config.json" if path.is_dir() else path
+    try:
+        data = json.loads(target.read_text())
+    except FileNotFoundError as exc:
+        raise GpuflyError(f"no config.json at {target}", hint="give a config.json or a folder holding one") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GpuflyError(f"cannot read {target}: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise GpuflyError(f"{target} is not valid JSON (line {exc.lineno}: {exc.msg})",
+                          hint="check the file is a Hugging Face config.json") from exc
+    if not isinstance(data, dict):
+        raise GpuflyError(f"{target} is not a config.json object")
+    return data
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """Parameter count of one decoder layer and its LoRA-targetable matrices."""
+
+    params: int
+    linears: dict[str, tuple[int, int]]
+
+
+def _mla_attention(c: Config, h: int, a: int) -> tuple[int, dict[str, tuple[int, int]], Attention]:
+    q_rank = c.get("q_lora_rank")
+    kv_rank = c.need("kv_lora_rank")
+    nope, rope, v_dim = c.need("qk_nope_head_dim"), c.need("qk_rope_head_dim"), c.need("v_head_dim")
+    linears: dict[str, tuple[int, int]] = {}
+    if q_rank:
+        linears["q_a_proj"] = (h, q_rank)
+        linears["q_b_proj"] = (q_rank, a * (nope + rope))
+        norms = q_rank
+    else:
+        linears["q_proj"] = (h, a * (nope + rope))
+        norms = 0
+    linears["kv_a_proj_with_mqa"] = (h, kv_rank + rope)
+    linears["kv_b_proj"] = (kv_rank, a * (nope + v_dim))
+    linears["o_proj"] = (a * v_dim, h)
+    params = sum(i * o for i, o in linears.values()) + norms + kv_rank
+    return params, linears, Attention(kind="mla", kv_lora_rank=kv_rank, rope_head_dim=rope)
+
+
+def _attention(c: Config, model_type: str) -> tuple[int, dict[str, tuple[int, int]], Attention]:
+    h, a = c.need("hidden_size"), c.need("num_attention_heads")
+    if model_type.startswith("deepseek"):
+        return _mla_attention(c, h, a)
+    k = c.get("num_key_value_heads", a)
+    d = c.get("head_dim") or h // a
+    linears = {"q_proj": (h, a * d), "k_proj": (h, k * d), "v_proj": (h, k * d), "o_proj": (a * d, h)}
+    params = sum(i * o for i, o in linears.values())
+    if model_type in ("qwen2", "qwen2_moe") or c.get("attention_bias", False):
+        params += a * d + 2 * k * d
+    if c.get("attention_bias", False):
+        params += h
+    if model_type in ("qwen3", "qwen3_moe", "gemma3_text", "olmo2"):
+        params += 2 * d if model_type != "olmo2" else a * d + k * d
+    return params, linears, Attention(kind="mha", kv_heads=k, head_dim=d)
+
+
+def _sliding(c: Config, model_type: str, layers: int) -> tuple[int | None, int]:
+    """Sliding-window size and how many layers use it, from the family's published layout."""
+    window = c.get("sliding_window")
+    if not window:
+        return None, 0
+    types = c.get("layer_types")
+    if isinstance(types, list):
+        return window, sum(1 for t in types if t == "sliding_attention")
+    if c.get("sliding_layers_count") is not None:
+        return window, int(c.get("sliding_layers_count"))
+    if model_type == "gemma2":
+        return window, layers // 2
+    if model_type == "gemma3_text":
+        pattern = c.get("sliding_window_pattern", 6)
+        return window, layers - layers // pattern
+    if model_type in ("mistral", "mixtral") or c.get("use_sliding_window", False):
+        return window, layers
+    return None, 0
+
+
+def _moe_layout(c: Config, model_type: str, layers: int) -> tuple[int, int, int, int, int] | None:
+    """(routed experts, active per token, shared experts, MoE layers, expert width) or None."""
+    experts = c.get("num_local_experts") or c.get("num_experts") or c.get("n_routed_experts")
+    if not experts:
+        return None
+    active = c.need("num_experts_per_tok")
+    width = c.get("moe_intermediate_size") or c.need("intermediate_size")
+    shared = c.get("n_shared_experts", 0)
+    if model_type.startswith("deepseek"):
+        moe_layers = layers - c.get("first_k_dense_replace", 0)
+    else:
+        step = c.get("decoder_sparse_step", 1)
+        dense = set(c.get("mlp_only_layers", []) or [])
+        moe_layers = sum(1 for i in range(layers) if i not in dense and (i + 1) % step == 0)
+    return experts, active, shared, moe_layers, width
+
+
+def _decoder(c: Config, model_type: str, name: str, source: str) -> ModelSpec:
+    h, layers, vocab = c.need("hidden_size"), c.need("num_hidden_layers"), c.need("vocab_size")
+    dense_width = c.need("intermediate_size")
+    attn_params, attn_linears, attention = _attention(c, model_type)
+    window, sliding_layers = _sliding(c, model_type, layers)
+    if window:
+        attention = Attention(**{**attention.__dict__, "sliding_window": window, "sliding_layers": sliding_layers})
+    norms_per_layer = 4 * h if model_type.startswith("gemma") and model_type != "gemma" else 2 * h
+    mlp_bias = c.get("mlp_bias", False)
+    gated = True  # every LLAMA_STYLE family uses a gated MLP (SwiGLU or GeGLU): gate, up, down
+
+    def mlp(width: int) -> int:
+        return (3 if gated else 2) * h * width + ((2 * width + h) if mlp_bias else 0)
+
+    moe_layout = _moe_layout(c, model_type, layers)
+    moe = None
+    total_layers = 0
+    active_delta = 0
+    shapes: dict[str, tuple[int, int, int]] = {n: (i, o, layers) for n, (i, o) in attn_linears.items()}
+    if moe_layout is None:
+        total_layers = layers * (attn_params + mlp(dense_width) + norms_per_layer)
+        for n, (i, o) in {"gate_proj": (h, dense_width), "up_proj": (h, dense_width),
+                          "down_proj": (dense_width, h)}.items():
+            shapes[n] = (i, o, layers)
+    else:
+        experts, active, shared, moe_layers, width = moe_layout
+        shared_width = c.get("shared_expert_intermediate_size") or (shared * width if shared else 0)
+        expert = mlp(width)
+        router = h * experts + (experts if model_type == "deepseek_v3" else 0)
+        shared_params = mlp(shared_width) if shared_width else 0
+        if model_type == "qwen2_moe" and shared_width:
+            shared_params += h
+        moe_mlp = experts * expert + router + shared_params
+        dense_layers = layers - moe_layers
+        total_layers = (layers * (attn_params + norms_per_layer) + moe_layers * moe_mlp
+                        + dense_layers * mlp(dense_width))
+        active_delta = moe_layers * (experts - active) * expert
+        moe = MoE(experts=experts, active=active, shared=1 if shared_width else 0, layers=moe_layers,
+                  expert_params=expert)
+        shapes["experts.gate_proj"] = (h, width, moe_layers * experts)
+        shapes["experts.up_proj"] = (h, width, moe_layers * experts)
+        shapes["experts.down_proj"] = (width, h, moe_layers * experts)
+        if dense_layers:
+            for n, (i, o) in {"gate_proj": (h, dense_width), "up_proj": (h, dense_width),
+                              "down_proj": (dense_width, h)}.items():
+                shapes[n] = (i, o, dense_layers)
+    tie = bool(c.get("tie_word_embeddings", model_type.startswith("gemma")))
+    embedding = vocab * h
+    params = total_layers + embedding + (0 if tie else vocab * h) + h
+    return ModelSpec(
+        name=name, kind="decoder", source=source, params=params, params_method="closed form (config.json)",
+        active_params=params - active_delta if moe else None, layers=layers, hidden=h,
+        heads=c.need("num_attention_heads"), intermediate=dense_width, vocab=vocab,
+        max_context=c.get("max_position_embeddings"), tie_embeddings=tie, gated_mlp=gated,
+        attention=attention, moe=moe, embedding_params=embedding,
+        linear_params={n: i * o * count for n, (i, o, count) in shapes.items()}, linear_shapes=shapes,
+    )
+
+
+def _gpt2(c: Config, name: str, source: str) -> ModelSpec:
+    h, layers, vocab = c.need("n_embd"), c.need("n_layer"), c.need("vocab_size")
+    heads, positions = c.need("n_head"), c.get("n_positions", 1024)
+    inner = c.get("n_inner") or 4 * h
+    per_layer = 2 * h + (h * 3 * h + 3 * h) + (h * h + h) + 2 * h + (h * inner + inner) + (inner * h + h)
+    params = vocab * h + positions * h + layers * per_layer + 2 * h
+    shapes = {"c_attn": (h, 3 * h, layers), "c_proj": (h, h, layers), "c_fc": (h, inner, layers),
+              "mlp.c_proj": (inner, h, layers)}
+    return ModelSpec(
+        name=name, kind="decoder", source=source, params=params, params_method="closed form (config.json)",
+        layers=layers, hidden=h, heads=heads, intermediate=inner, vocab=vocab, max_context=positions,
+        tie_embeddings=True, gated_mlp=False, attention=Attention(kind="mha", kv_heads=heads, head_dim=h // heads),
+        embedding_params=vocab * h + positions * h,
+        linear_params={n: i * o * k for n, (i, o, k) in shapes.items()}, linear_shapes=shapes,
+    )
+
+
+def _encoder(c: Config, model_type: str, name: str, source: str) -> ModelSpec:
+    h, layers = c.need("hidden_size"), c.need("num_hidden_layers")
+    heads, inner = c.need("num_attention_heads"), c.need("intermediate_size")
+    per_layer = 4 * (h * h + h) + 2 * h + (h * inner + inner) + (inner * h + h) + 2 * h
+    shapes = {"query": (h, h, layers), "key": (h, h, layers), "value": (h, h, layers),
+              "attention.output.dense": (h, h, layers), "intermediate.dense": (h, inner, layers),
+              "output.dense": (inner, h, layers)}
+    if model_type == "vit":
+        image, patch, channels = c.need("image_size"), c.need("patch_size"), c.get("num_channels", 3)
+        patches = (image // patch) ** 2
+        embeddings = channels * patch * patch * h + h + h + (patches + 1) * h
+        labels = len(c.get("id2label", {})) or 1000
+        head = h * labels + labels
+        params = embeddings + layers * per_layer + 2 * h + head
+        kind, context, vocab, embedding_params = "vision", patches + 1, None, 0
+    else:
+        vocab, positions = c.need("vocab_size"), c.get("max_position_embeddings", 512)
+        types = c.get("type_vocab_size", 2)
+        embeddings = vocab * h + positions * h + types * h + 2 * h
+        params = embeddings + layers * per_layer + (h * h + h)
+        kind, context, embedding_params = "encoder", positions, vocab * h + positions * h + types * h
+    return ModelSpec(
+        name=name, kind=kind, source=source, params=params, params_method="closed form (config.json)",
+        layers=layers, hidden=h, heads=heads, intermediate=inner, vocab=vocab, max_context=context,
+        gated_mlp=False, attention=Attention(kind="mha", kv_heads=heads, head_dim=h // heads),
+        embedding_params=embedding_params,
+        linear_params={n: i * o * k for n, (i, o, k) in shapes.items()}, linear_shapes=shapes,
+    )
+
+
+def spec_from_config(data: dict[str, Any], name: str, source: str, where: str = "config.json") -> ModelSpec:
+    """A ModelSpec from a config.json dict; unknown families and missing fields fail by name."""
+    if "text_config" in data and data.get("model_type") in ("gemma3", "llava", "mistral3"):
+        data = {**data["text_config"], "model_type": data["text_config"].get("model_type", "gemma3_text")}
+    model_type = data.get("model_type")
+    if not model_type:
+        raise GpuflyError(f"{where} lacks the field 'model_type'", hint="is this a Hugging Face config.json?")
+    c = Config(data, where)
+    if model_type in LLAMA_STYLE:
+        return _decoder(c, model_type, name, source)
+    if model_type == "gpt2":
+        return _gpt2(c, name, source)
+    if model_type in ENCODERS:
+        return _encoder(c, model_type, name, source)
+    raise GpuflyError(f"{where}: model_type '{model_type}' is not one gpufly can count without transformers",
+                      hint="pip install transformers to count any architecture on the meta device; "
+                      f"built in: {', '.join(SUPPORTED)}")
+
+
+def spec_from_generic_config(data: dict[str, Any], name: str, source: str, where: str) -> ModelSpec:
+    """The layout of a decoder family gpufly has no closed form for, read from the fields most
+    configs share (its parameter count is then replaced by a meta-device build)."""
+    return _decoder(Config(data, where), "llama", name, source)

@@ -1,0 +1,70 @@
+"""Turn what the user typed after `gpufly fit` into a ModelSpec: preset, config.json, GGUF, factory."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from gpufly.errors import GpuflyError
+from gpufly.models.hf_config import load_config_file, spec_from_config
+from gpufly.models.presets import find_preset, get_preset
+from gpufly.models.spec import ModelSpec
+
+
+def _looks_like_factory(ref: str) -> bool:
+    module, sep, function = ref.rpartition(":")
+    return bool(sep and module and function.isidentifier() and not Path(ref).exists())
+
+
+def from_config(data: dict, name: str, source: str, where: str, exact: bool = False) -> ModelSpec:
+    """The spec of a config.json: counted in closed form for the families gpufly knows (the tests
+    hold those counts equal to transformers' meta-device builds), and built on the meta device
+    through transformers for any other architecture, or for every one when ``exact``."""
+    from gpufly.models.hf_config import SUPPORTED, spec_from_generic_config
+    from gpufly.models.meta import count_on_meta, transformers_available
+
+    known = data.get("model_type") in SUPPORTED or "text_config" in data
+    if not known and transformers_available():
+        spec = spec_from_generic_config(data, name=name, source=source, where=where)
+        exact = True
+    else:
+        spec = spec_from_config(data, name=name, source=source, where=where)
+    if exact and transformers_available():
+        params = count_on_meta(data, where)
+        active = spec.active_params + (params - spec.params) if spec.active_params is not None else None
+        spec = dataclasses.replace(spec, params=params, active_params=active,
+                                   params_method="meta device (transformers)")
+    return spec
+
+
+def load_model(ref: str, exact: bool = False) -> ModelSpec:
+    """Resolve ``ref``: a .gguf file, a config.json or folder, module:function, or a preset name.
+
+    ``exact`` asks for a meta-device count through transformers for config-based models (slower
+    to start; presets are checked against their published counts by the tests instead).
+    """
+    path = Path(ref).expanduser()
+    if ref.lower().endswith(".gguf"):
+        from gpufly.models.gguf_file import read_gguf
+
+        return read_gguf(path)
+    if path.exists():
+        data = load_config_file(path)
+        return from_config(data, name=path.stem if path.is_file() else path.name, source=f"config:{path}",
+                           where=str(path), exact=exact)
+    if find_preset(ref) is None and _looks_like_factory(ref):
+        from gpufly.models.torch_factory import spec_from_factory
+
+        return spec_from_factory(ref)
+    if ref.endswith(".json") or ("/" in ref and not find_preset(ref)):
+        raise GpuflyError(f"no such file: {ref}", hint="give a config.json, a folder holding one, or a preset name")
+    preset = get_preset(ref)
+    sources = tuple(preset.get("sources", ()))
+    if "factory" in preset:
+        from gpufly.models.torch_factory import spec_from_factory
+
+        return dataclasses.replace(spec_from_factory(preset["factory"]), name=preset["name"],
+                                   source=f"preset:{preset['id']}", sources=sources)
+    spec = from_config(preset["config"], name=preset["name"], source=f"preset:{preset['id']}",
+                       where=f"preset {preset['id']}", exact=exact)
+    return dataclasses.replace(spec, sources=sources)
