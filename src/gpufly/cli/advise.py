@@ -50,10 +50,10 @@ def _job(task: str, quant: str, ctx: int, batch: int, kv: str, engine: str, opti
                zero=zero, checkpointing=checkpointing, lora_rank=lora_rank, mixed_precision=not fp32, gpus=gpus)
 
 
-def _load(model: str) -> ModelSpec:
+def _load(model: str, exact: bool = False) -> ModelSpec:
     from gpufly.models.resolve import load_model
 
-    return load_model(model)
+    return load_model(model, exact=exact)
 
 
 def _describe(spec: ModelSpec, job: Job) -> str:
@@ -148,6 +148,7 @@ def fit(
     checkpointing: Checkpointing = False, lora_rank: LoraRank = 16, fp32: Fp32 = False,
     max_ctx: Annotated[bool, typer.Option("--max-ctx", help="Solve for the longest context that fits.")] = False,
     max_batch: Annotated[bool, typer.Option("--max-batch", help="Solve for the largest batch that fits.")] = False,
+    exact: Annotated[bool, typer.Option("--exact", help="Count parameters on the meta device (transformers).")] = False,
     json_out: Json = False,
 ) -> None:
     """Will MODEL fit on a GPU for this job? Memory breakdown, predicted speed, and what would make it fit."""
@@ -157,7 +158,7 @@ def fit(
     catalog = default_catalog()
     targets = [parse_gpu(gpu, catalog)] if gpu else _machine_gpus()
     base = _job(task, quant, ctx, batch, kv, engine, optimizer, zero, checkpointing, lora_rank, fp32)
-    spec = _load(model)
+    spec = _load(model, exact)
     out = console()
     if not targets:
         verdicts = sorted((fit_one(spec, g, base) for g in catalog if g.vram_gib), key=lambda f: -f.free_bytes)

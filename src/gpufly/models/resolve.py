@@ -25,10 +25,10 @@ def from_config(data: dict, name: str, source: str, where: str, exact: bool = Fa
 
     known = data.get("model_type") in SUPPORTED or "text_config" in data
     if not known and transformers_available():
+        params = count_on_meta(data, where)
         spec = spec_from_generic_config(data, name=name, source=source, where=where)
-        exact = True
-    else:
-        spec = spec_from_config(data, name=name, source=source, where=where)
+        return dataclasses.replace(spec, params=params, active_params=None, params_method="meta device (transformers)")
+    spec = spec_from_config(data, name=name, source=source, where=where)
     if exact and transformers_available():
         params = count_on_meta(data, where)
         active = spec.active_params + (params - spec.params) if spec.active_params is not None else None
