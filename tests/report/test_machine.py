@@ -66,3 +66,17 @@ def test_rendered_report_names_each_gpu_and_its_catalog_entry() -> None:
     assert "550.54.15" in text and "12.4" in text
     assert "H100 SXM" in text and "A100 80GB SXM" in text
     assert "79.6 GiB" in text
+
+
+def test_report_says_which_models_fit_the_gpus_found() -> None:
+    from gpufly.report.models_fit import model_fit_rows
+
+    report = probe_machine(Nvml(FakePynvml.from_fixture("nvml_two_gpus.json")), host=HOST)
+    types = report.gpu_types()
+    assert [(spec.id, count) for spec, count in types] == [("h100-sxm", 1), ("a100-sxm4-80gb", 1)]
+    rows = model_fit_rows(types, models=("qwen2.5-3b",))
+    assert len(rows) == 4
+    assert all(row.fits for row in rows)
+    h100_bf16 = next(r for r in rows if r.gpu == "H100 SXM" and r.quant == "bf16")
+    a100_bf16 = next(r for r in rows if r.gpu == "A100 80GB SXM" and r.quant == "bf16")
+    assert h100_bf16.decode_tok_s > a100_bf16.decode_tok_s, "more bandwidth decodes faster"

@@ -130,12 +130,7 @@ def _render_catalog(job: Job, fits: list[Fit], out: Console) -> None:
 def _machine_gpus() -> list[tuple[GpuSpec, int]]:
     from gpufly.report.machine import probe_machine
 
-    report = probe_machine()
-    found: dict[str, list[GpuSpec]] = {}
-    for entry in report.gpus:
-        if entry.spec is not None:
-            found.setdefault(entry.spec.id, []).append(entry.spec)
-    return [(specs[0], len(specs)) for specs in found.values()]
+    return probe_machine().gpu_types()
 
 
 def fit(

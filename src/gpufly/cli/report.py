@@ -10,6 +10,19 @@ from rich.table import Table
 
 from gpufly.cli.render import MISSING, console, gib, print_json
 from gpufly.report.machine import MachineReport, probe_machine
+from gpufly.report.models_fit import CONTEXT, ModelFitRow, model_fit_rows
+
+
+def render_models(rows: list[ModelFitRow], out: Console) -> None:
+    table = Table(title=f"Popular models on this machine (ctx {CONTEXT:,}, batch 1)", title_justify="left")
+    for column in ("model", "format", "GPUs", "needs per GPU", "fits", "decode"):
+        table.add_column(column)
+    for row in rows:
+        where = f"{row.gpus}x {row.gpu}" if row.gpus > 1 else row.gpu
+        speed = f"{row.decode_tok_s:,.0f} tok/s" if row.fits and row.decode_tok_s else MISSING
+        table.add_row(row.model, f"{row.quant} ({row.engine})", where, gib(row.needs_bytes),
+                      "yes" if row.fits else "no", speed)
+    out.print(table)
 
 
 def render_machine(report: MachineReport, out: Console | None = None) -> None:
@@ -46,7 +59,12 @@ def render_machine(report: MachineReport, out: Console | None = None) -> None:
 def report(json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Report on this machine: OS, CPU, RAM, and each NVIDIA GPU with its catalog entry."""
     machine = probe_machine()
+    rows = model_fit_rows(machine.gpu_types())
     if json_out:
-        print_json({"schema_version": 1, "machine": machine.to_dict()})
+        print_json({"schema_version": 1, "machine": machine.to_dict(), "models": [r.to_dict() for r in rows]})
+        return
+    render_machine(machine)
+    if rows:
+        render_models(rows, console())
     else:
-        render_machine(machine)
+        console().print("models: no catalog GPU here to fit models on; `gpufly recommend MODEL` ranks GPUs to get")

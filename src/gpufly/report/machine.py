@@ -46,6 +46,14 @@ class MachineReport:
         names = ", ".join(gpu.device.name for gpu in self.gpus)
         return f"{len(self.gpus)} NVIDIA GPU(s): {names}; driver {self.driver_version or 'unknown'}"
 
+    def gpu_types(self) -> list[tuple[GpuSpec, int]]:
+        """Each catalog GPU type found, with how many of it (GPUs not in the catalog left out)."""
+        found: dict[str, list[GpuSpec]] = {}
+        for entry in self.gpus:
+            if entry.spec is not None:
+                found.setdefault(entry.spec.id, []).append(entry.spec)
+        return [(specs[0], len(specs)) for specs in found.values()]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
