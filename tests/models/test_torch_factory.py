@@ -1,0 +1,139 @@
+"""A factory's model measured on meta and fake tensors, held against what real CPU tensors do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpufly.errors import GpuflyError
+
+torch = pytest.importorskip("torch")
+
+from gpufly.models import zoo  # noqa: E402
+from gpufly.models.torch_factory import load_factory, spec_from_factory  # noqa: E402
+
+LINEAR_FILE = '''
+import torch
+from torch import nn
+
+
+def linear():
+    layer = nn.Linear(64, 32)
+    return layer, lambda batch_size, device: (torch.randn(batch_size, 64, device=device),)
+
+
+def not_a_model():
+    return 42
+
+
+def broken():
+    raise RuntimeError("weights are missing\\nsecond line")
+
+
+def needs_arguments(width):
+    return nn.Linear(width, width)
+
+
+NUMBER = 3
+'''
+
+
+@pytest.fixture
+def factory_file(tmp_path: Path) -> Path:
+    path = tmp_path / "my_models.py"
+    path.write_text(LINEAR_FILE)
+    return path
+
+
+def real_saved_bytes(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> int:
+    """Bytes autograd really keeps on CPU: storages told apart by address, weights and buffers left out."""
+    weights = {t.untyped_storage().data_ptr() for t in [*module.parameters(), *module.buffers()]}
+    saved: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in weights:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        output = module(*inputs)
+    output.sum().backward()
+    return sum(saved.values())
+
+
+@pytest.mark.parametrize("name", ["small_cnn", "small_transformer"])
+def test_fake_activation_bytes_match_a_real_cpu_run(name: str) -> None:
+    batch = 4
+    spec = spec_from_factory(f"gpufly.models.zoo:{name}", batch_size=batch)
+    torch.manual_seed(0)
+    module = getattr(zoo, name)()
+    real = real_saved_bytes(module, module.example_inputs(batch, torch.device("cpu")))
+    assert spec.activation_bytes_per_sample * batch == pytest.approx(real, rel=0.05)
+
+
+def test_linear_flops_are_two_per_multiply_add(factory_file: Path) -> None:
+    spec = spec_from_factory(f"{factory_file}:linear", batch_size=8)
+    assert spec.forward_flops_per_sample * 8 == 2 * 8 * 64 * 32
+    assert spec.params == 64 * 32 + 32
+    assert spec.params_method == "meta device"
+    assert spec.name == "linear"
+    assert spec.source == f"torch:{factory_file}:linear"
+    assert spec.sample_shape == (64,)
+
+
+def test_a_file_factory_loads(factory_file: Path) -> None:
+    module, inputs_fn = load_factory(f"{factory_file}:linear")()
+    assert isinstance(module, torch.nn.Linear)
+    assert inputs_fn(2, torch.device("cpu"))[0].shape == (2, 64)
+
+
+def test_shared_weights_count_once() -> None:
+    spec = spec_from_factory("gpufly.models.zoo:small_transformer", batch_size=1)
+    module = zoo.small_transformer()
+    assert spec.params == sum(p.numel() for p in module.parameters())
+    assert spec.params < sum(p.numel() for _, p in module.named_parameters(remove_duplicate=False))
+    assert spec.embedding_params == (1000 + 64) * 128
+    assert spec.linear_params["qkv_proj"] == 2 * (128 * 384 + 384)
+
+
+def test_eval_mode_leaves_activations_out() -> None:
+    spec = spec_from_factory("gpufly.models.zoo:small_cnn", batch_size=2, training=False)
+    assert spec.activation_bytes_per_sample is None
+    assert spec.forward_flops_per_sample > 0
+
+
+@pytest.mark.parametrize(("ref", "message"), [
+    ("gpufly.models.zoo", "not a factory reference"),
+    ("gpufly.no_such_module:f", "factory module not found: gpufly.no_such_module"),
+    ("no/such/file.py:f", "factory file not found"),
+    ("gpufly.models.zoo:resnet51", "has no function 'resnet51'"),
+    ("gpufly.models.zoo:DLRM_POOLING_FACTOR", "is not a function \\(type int\\)"),
+])
+def test_bad_references_say_what_is_wrong(ref: str, message: str) -> None:
+    with pytest.raises(GpuflyError, match=message):
+        load_factory(ref)
+
+
+def test_a_misspelt_function_gets_a_suggestion() -> None:
+    with pytest.raises(GpuflyError) as caught:
+        load_factory("gpufly.models.zoo:resnet51")
+    assert "resnet50" in caught.value.hint
+
+
+@pytest.mark.parametrize(("function", "message"), [
+    ("broken", "raised RuntimeError: weights are missing \\(on the meta device\\)$"),
+    ("needs_arguments", "raised TypeError: needs_arguments\\(\\) missing 1 required"),
+    ("not_a_model", "returned no model \\(type int\\)"),
+])
+def test_bad_factories_say_what_is_wrong(factory_file: Path, function: str, message: str) -> None:
+    with pytest.raises(GpuflyError, match=message):
+        spec_from_factory(f"{factory_file}:{function}")
+
+
+def test_a_file_that_fails_to_import_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "bad.py"
+    path.write_text("import no_such_dependency_of_gpufly\n")
+    with pytest.raises(GpuflyError, match=r"importing .*bad\.py failed: ModuleNotFoundError"):
+        load_factory(f"{path}:f")
