@@ -79,8 +79,9 @@ class Lookup:
 
     def model(self, name: str) -> ModelSpec | None:
         preset = MODEL_NAMES.get(name)
-        if preset is None:
-            return None
+        return None if preset is None else self.preset(preset)
+
+    def preset(self, preset: str) -> ModelSpec | None:
         if preset not in self.models:
             try:
                 self.models[preset] = load_model(preset)
@@ -154,9 +155,8 @@ def training_comparisons(folder: Path, lookup: Lookup, skipped: dict[str, int]) 
         if gpu is None or preset is None:
             skipped[f"training {row['gpu']} / {name}"] += 1
             continue
-        try:
-            model = load_model(preset)
-        except GpuflyError:
+        model = lookup.preset(preset)
+        if model is None:
             skipped[f"training {name} (needs torch)"] += 1
             continue
         seq = re.search(r"seq (\d+)", row["seq_len_or_image_size"])

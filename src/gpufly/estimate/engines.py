@@ -18,28 +18,60 @@ GIB = 2**30
 
 @dataclass(frozen=True)
 class Engine:
-    """An inference runtime as the estimators model it."""
+    """An inference runtime as the estimators model it.
+
+    A decode step costs ``max(cpu floor, memory time, compute time) + fixed costs``: the host
+    launches kernels while the GPU runs earlier ones, so a small model in an eager engine is
+    bound by the host (the floor), a large one by memory bandwidth.
+    """
 
     name: str
     context_bytes: int
     """CUDA context plus the runtime's fixed buffers. PyTorch: 287 MB with lazy module loading,
     667 MB eager (pytorch#86509), ~426 MiB seen on torch 2.10 + CUDA 13 (unsloth-zoo#1053);
     llama.cpp/ollama reserve 457 MiB per CUDA GPU (ollama ml/device.go MinimumMemory)."""
-    decode_bandwidth_efficiency: float
-    """Share of the datasheet memory bandwidth one decode step reaches (MBU)."""
-    decode_overhead_s_per_layer: float
-    """Fixed cost per layer and decode step (kernel launches, sampling, Python): why small models
-    in eager engines fall short of the bandwidth bound."""
+    bandwidth_efficiency: float
+    """Share of the datasheet bandwidth a decode step's weight reads reach on GDDR cards (MBU)."""
+    hbm_bandwidth_factor: float
+    """Decode kernels fill HBM cards' bandwidth less well than GDDR ones' (fitted)."""
+    cpu_s_per_layer: float
+    """Host time per layer and step: the floor of an eager engine's step."""
+    step_overhead_s: float
+    """Fixed host cost per step that does not overlap the GPU (scheduling, sampling)."""
+    layer_overhead_s: float
+    """Fixed GPU cost per layer and step (small kernels: norms, RoPE, residuals)."""
+    kv_traffic_per_group: float
+    """KV-cache bytes moved per byte stored, per query head sharing a KV head: eager attention
+    repeats K and V for every query head of a group (transformers' repeat_kv) and its cache grows
+    by concatenation; paged and flash kernels read each byte once (0)."""
     prefill_compute_efficiency: float
-    """Share of the datasheet dense tensor rate a long prefill reaches."""
+    """Share of the dense tensor rate a long prefill reaches."""
+    quantized_cpu_factor: float = 1.0
+    """Host-cost multiplier for int8/int4 layers, whose kernels launch more work per matrix."""
+    quantized_prefill_factor: float = 1.0
+    """Prefill slowdown of quantized weights (dequantization before the matmul)."""
     preallocates_context: bool = False
     """llama.cpp allocates the KV cache for all of n_ctx up front."""
+    splits_layers: bool = False
+    """Across GPUs the engine splits layers (a pipeline for one sequence: no added bandwidth)
+    rather than tensors."""
+    fp16_accumulate: bool = False
+    """Runs FP16 matmuls with FP16 accumulation, which GeForce cards execute at twice the rate
+    of FP32 accumulation (Ampere GA102 and Ada whitepapers)."""
 
 
 ENGINES: dict[str, Engine] = {
-    "transformers": Engine("transformers", 500 * MIB, 0.55, 3.0e-4, 0.45),
-    "vllm": Engine("vllm", 1024 * MIB, 0.80, 4.0e-5, 0.60),
-    "llama.cpp": Engine("llama.cpp", 457 * MIB, 0.75, 4.0e-5, 0.40, preallocates_context=True),
+    "transformers": Engine("transformers", 500 * MIB, bandwidth_efficiency=0.85, hbm_bandwidth_factor=1.0,
+                           cpu_s_per_layer=8.5e-4, step_overhead_s=0.0, layer_overhead_s=0.0,
+                           kv_traffic_per_group=3.6, prefill_compute_efficiency=0.45, quantized_cpu_factor=1.35,
+                           splits_layers=True),
+    "vllm": Engine("vllm", 1024 * MIB, bandwidth_efficiency=0.80, hbm_bandwidth_factor=1.0, cpu_s_per_layer=0.0,
+                   step_overhead_s=3.2e-3, layer_overhead_s=0.0, kv_traffic_per_group=0.0,
+                   prefill_compute_efficiency=0.60),
+    "llama.cpp": Engine("llama.cpp", 457 * MIB, bandwidth_efficiency=0.80, hbm_bandwidth_factor=0.62,
+                        cpu_s_per_layer=0.0, step_overhead_s=0.0, layer_overhead_s=4.0e-5, kv_traffic_per_group=0.0,
+                        prefill_compute_efficiency=0.42, quantized_prefill_factor=0.6, preallocates_context=True,
+                        splits_layers=True, fp16_accumulate=True),
 }
 _ENGINE_ALIASES = {"hf": "transformers", "huggingface": "transformers", "llamacpp": "llama.cpp",
                    "llama-cpp": "llama.cpp", "gguf": "llama.cpp", "ollama": "llama.cpp"}
@@ -52,9 +84,14 @@ GGUF_BANDWIDTH_FACTOR: dict[str, float] = {
 (its tools/quantize/README.md table for Llama-3.1-8B: size x t/s falls from 436 GiB/s at F16 and
 405 at Q8_0 to 329 at Q4_K_M and 236 at Q2_K). Factors relative to F16."""
 
-TRAINING_MFU = 0.40
-"""Model FLOPs utilization of a well-fed mixed-precision training step (PaLM reports 46%,
-Megatron 54% at 530B scale; single-GPU fine-tunes reach less)."""
+TRAINING_MFU = 0.50
+"""Share of the dense tensor rate a training step's matmuls reach (PaLM reports 46% MFU for the
+whole step, Megatron 54% at 530B scale). Fitted with the traffic term below."""
+TRAINING_TRAFFIC_PER_ACTIVATION_BYTE = 12.0
+"""Bytes of memory traffic per byte of saved activations in a training step: each is written in
+the forward, read in the backward, and elementwise kernels read and write around it. Fitted."""
+TRAINING_BANDWIDTH_EFFICIENCY = 0.8
+"""Share of the datasheet bandwidth elementwise training kernels reach."""
 ALLOCATOR_FRAGMENTATION = 0.05
 """Share added for the caching allocator's rounding and fragmentation (PyTorch rounds large
 blocks to 2 MiB; ROCm-Megatron models fragmentation as 7%)."""

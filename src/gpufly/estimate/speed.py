@@ -12,10 +12,17 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpufly.catalog.spec import GpuSpec
-from gpufly.estimate.engines import GGUF_BANDWIDTH_FACTOR, TRAINING_MFU, Engine, engine
+from gpufly.estimate.engines import (
+    GGUF_BANDWIDTH_FACTOR,
+    TRAINING_BANDWIDTH_EFFICIENCY,
+    TRAINING_MFU,
+    TRAINING_TRAFFIC_PER_ACTIVATION_BYTE,
+    Engine,
+    engine,
+)
 from gpufly.estimate.formats import WeightFormat, kv_bytes, weight_format
 from gpufly.estimate.job import Job
-from gpufly.estimate.memory import kv_cache_bytes, lm_head_params, weight_bytes
+from gpufly.estimate.memory import kv_cache_bytes, lm_head_params, training_activation_bytes, weight_bytes
 from gpufly.models.spec import ModelSpec
 
 TP_ALLREDUCE_S = 10e-6
@@ -49,22 +56,27 @@ class Speed:
         return asdict(self)
 
 
-def peak_flops(gpu: GpuSpec, dtype: str) -> float | None:
+def peak_flops(gpu: GpuSpec, dtype: str, fp16_accumulate: bool = False) -> float | None:
     """Dense FLOP/s at ``dtype`` from the catalog, falling back along the precision chain; for a
-    GPU without tensor cores (Pascal), the FP16 or FP32 rate it really has."""
+    GPU without tensor cores (Pascal), the FP16 or FP32 rate it really has. ``fp16_accumulate``:
+    GeForce cards run FP16 with FP16 accumulation at twice their (catalogued) FP32-accumulate rate."""
     for name in _RATE_FIELDS[dtype]:
         rate = getattr(gpu, name)
         if rate is not None:
-            return rate * 1e12
+            doubled = fp16_accumulate and name == "fp16_tensor_tflops" and gpu.segment == "consumer"
+            return rate * 1e12 * (2 if doubled and gpu.vendor == "nvidia" else 1)
     if not gpu.has_tensor_cores:
         plain = gpu.fp16_tflops if dtype in ("fp16", "bf16") and gpu.fp16_tflops else gpu.fp32_tflops
         return plain * 1e12 if plain else None
     return None
 
 
-def _bandwidth_efficiency(runtime: Engine, fmt: WeightFormat) -> float:
-    factor = GGUF_BANDWIDTH_FACTOR.get(fmt.name, 1.0) if runtime.name == "llama.cpp" else 1.0
-    return runtime.decode_bandwidth_efficiency * factor
+def _bandwidth(gpu: GpuSpec, runtime: Engine, fmt: WeightFormat, gpus: int) -> float:
+    """Bytes per second a decode step's reads reach, across the GPUs that read in parallel."""
+    factor = GGUF_BANDWIDTH_FACTOR.get(fmt.name, 1.0) if fmt.engine_family == "gguf" else 1.0
+    hbm = runtime.hbm_bandwidth_factor if gpu.memory_type.upper().startswith("HBM") else 1.0
+    parallel = 1 if runtime.splits_layers else gpus
+    return gpu.memory_bandwidth_gbps * 1e9 * runtime.bandwidth_efficiency * factor * hbm * parallel
 
 
 def decode_weight_bytes(spec: ModelSpec, fmt: WeightFormat, batch: int) -> float:
@@ -81,19 +93,29 @@ def decode_weight_bytes(spec: ModelSpec, fmt: WeightFormat, batch: int) -> float
     return read - moe.layers * (moe.experts - touched) * expert_bytes
 
 
+def _kv_traffic(spec: ModelSpec, runtime: Engine) -> float:
+    """KV bytes moved per byte stored in one decode step (1 for kernels that read it once)."""
+    attention = spec.attention
+    if attention is None or attention.kind != "mha" or not attention.kv_heads or not spec.heads:
+        return 1.0
+    return 1.0 + runtime.kv_traffic_per_group * spec.heads / attention.kv_heads
+
+
 def decode_step_s(spec: ModelSpec, gpu: GpuSpec, job: Job, position: int) -> float:
     """Seconds for one decode step of ``job.batch`` sequences at KV position ``position``."""
     fmt = weight_format(job.quant)
     runtime = engine(job.engine)
     layers = spec.layers or 1
-    bytes_read = decode_weight_bytes(spec, fmt, job.batch) + kv_cache_bytes(spec, position, job.batch, job.kv_format)
-    bandwidth = gpu.memory_bandwidth_gbps * 1e9 * _bandwidth_efficiency(runtime, fmt) * job.gpus
-    memory_time = bytes_read / bandwidth
-    compute = peak_flops(gpu, fmt.compute_dtype)
+    kv = kv_cache_bytes(spec, position, job.batch, job.kv_format) * _kv_traffic(spec, runtime)
+    memory_time = (decode_weight_bytes(spec, fmt, job.batch) + kv) / _bandwidth(gpu, runtime, fmt, job.gpus)
+    compute = peak_flops(gpu, fmt.compute_dtype, runtime.fp16_accumulate)
     compute_time = (2 * spec.params_per_token * job.batch / (compute * runtime.prefill_compute_efficiency * job.gpus)
                     if compute else 0.0)
-    overhead = layers * (runtime.decode_overhead_s_per_layer + (2 * TP_ALLREDUCE_S if job.gpus > 1 else 0.0))
-    return max(memory_time, compute_time) + overhead
+    quantized = fmt.bits_per_weight < 16 and fmt.engine_family == "torch"
+    cpu_floor = layers * runtime.cpu_s_per_layer * (runtime.quantized_cpu_factor if quantized else 1.0)
+    tensor_parallel = layers * 2 * TP_ALLREDUCE_S if job.gpus > 1 and not runtime.splits_layers else 0.0
+    fixed = runtime.step_overhead_s + layers * runtime.layer_overhead_s + tensor_parallel
+    return max(cpu_floor, memory_time, compute_time) + fixed
 
 
 def prefill_flops(spec: ModelSpec, tokens: int) -> float:
@@ -106,15 +128,18 @@ def prefill_flops(spec: ModelSpec, tokens: int) -> float:
 
 
 def prefill_s(spec: ModelSpec, gpu: GpuSpec, job: Job, tokens: int) -> float | None:
+    """Seconds to prefill ``tokens`` per sequence: compute-bound, never faster than one weight read."""
     fmt = weight_format(job.quant)
     runtime = engine(job.engine)
-    compute = peak_flops(gpu, fmt.compute_dtype)
+    compute = peak_flops(gpu, fmt.compute_dtype, runtime.fp16_accumulate)
     if compute is None:
         return None
-    flops = prefill_flops(spec, tokens) * job.batch
-    compute_time = flops / (compute * runtime.prefill_compute_efficiency * job.gpus)
-    memory_time = weight_bytes(spec, fmt) / (gpu.memory_bandwidth_gbps * 1e9 * job.gpus)
-    return max(compute_time, memory_time) + (spec.layers or 1) * runtime.decode_overhead_s_per_layer
+    parallel = 1 if runtime.splits_layers else job.gpus
+    efficiency = runtime.prefill_compute_efficiency * (runtime.quantized_prefill_factor if fmt.bits_per_weight < 16
+                                                       else 1.0)
+    compute_time = prefill_flops(spec, tokens) * job.batch / (compute * efficiency * parallel)
+    memory_time = weight_bytes(spec, fmt) / (gpu.memory_bandwidth_gbps * 1e9 * parallel)
+    return max(compute_time, memory_time) + (spec.layers or 1) * runtime.layer_overhead_s
 
 
 def training_flops_per_token(spec: ModelSpec, job: Job) -> float:
@@ -134,17 +159,35 @@ def _training_dtype(job: Job) -> str:
     return "bf16" if job.mixed_precision else "tf32"
 
 
-def training_speed(spec: ModelSpec, gpu: GpuSpec, job: Job) -> Speed:
+def training_step_s_per_sample(spec: ModelSpec, gpu: GpuSpec, job: Job) -> float | None:
+    """Seconds per sample on one GPU: matmul FLOPs at the tensor rate times an MFU, plus the
+    memory traffic of the elementwise work (norms, activations, softmax, optimizer), which runs
+    between the matmuls at the memory bandwidth and does not overlap them."""
     peak = peak_flops(gpu, _training_dtype(job))
     if peak is None:
-        return Speed(why=f"{gpu.vendor.upper()} publishes no dense tensor rate for the {gpu.name}")
-    rate = peak * TRAINING_MFU * job.gpus / (QLORA_SLOWDOWN if job.task == "qlora" else 1.0)
+        return None
     if spec.is_transformer:
-        tokens = rate / training_flops_per_token(spec, job)
-        return Speed(train_tokens_s=tokens, train_samples_s=tokens / job.context, bound="compute")
-    if spec.forward_flops_per_sample:
-        return Speed(train_samples_s=rate / (3 * spec.forward_flops_per_sample), bound="compute")
-    return Speed(why="no FLOP count for this model")
+        flops = training_flops_per_token(spec, job) * job.context
+    elif spec.forward_flops_per_sample:
+        flops = 3 * spec.forward_flops_per_sample
+    else:
+        return None
+    activations, _ = training_activation_bytes(spec, job.with_(batch=1))
+    traffic = activations * TRAINING_TRAFFIC_PER_ACTIVATION_BYTE
+    compute = flops / (peak * TRAINING_MFU) * (QLORA_SLOWDOWN if job.task == "qlora" else 1.0)
+    return compute + traffic / (gpu.memory_bandwidth_gbps * 1e9 * TRAINING_BANDWIDTH_EFFICIENCY)
+
+
+def training_speed(spec: ModelSpec, gpu: GpuSpec, job: Job) -> Speed:
+    per_sample = training_step_s_per_sample(spec, gpu, job)
+    if per_sample is None:
+        if peak_flops(gpu, _training_dtype(job)) is None:
+            return Speed(why=f"{gpu.vendor.upper()} publishes no dense tensor rate for the {gpu.name}")
+        return Speed(why="no FLOP count for this model")
+    samples = job.gpus / per_sample
+    if spec.is_transformer:
+        return Speed(train_tokens_s=samples * job.context, train_samples_s=samples, bound="compute and memory")
+    return Speed(train_samples_s=samples, bound="compute and memory")
 
 
 def inference_speed(spec: ModelSpec, gpu: GpuSpec, job: Job, prompt_tokens: int | None = None) -> Speed:
