@@ -1,0 +1,113 @@
+"""The roofline's shape: what each term does, on hand-made GPUs where the arithmetic is visible."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gpufly.catalog.spec import GpuSpec
+from gpufly.estimate import engines
+from gpufly.estimate.advise import fit, largest, parse_gpu, recommend
+from gpufly.estimate.formats import weight_format
+from gpufly.estimate.job import Job
+from gpufly.estimate.speed import decode_step_s, decode_weight_bytes, peak_flops, prefill_flops, training_speed
+from gpufly.models.hf_config import load_config_file, spec_from_config
+
+CONFIGS = Path(__file__).parent.parent / "fixtures" / "configs"
+LLAMA = spec_from_config(load_config_file(CONFIGS / "llama-3.1-8b"), "Llama 3.1 8B", "test")
+
+
+def card(**fields) -> GpuSpec:
+    base = dict(id="card", name="Card", full_name="Card", vendor="nvidia", segment="datacenter",
+                architecture="Hopper", vram_gib=80, memory_type="GDDR6", memory_bandwidth_gbps=1000,
+                launch_year=2024, sources=("https://example.org",), fp32_tflops=50, fp16_tensor_tflops=400,
+                bf16_tensor_tflops=400, compute_capability="9.0", tdp_w=500)
+    return GpuSpec(**{**base, **fields})
+
+
+def test_decode_is_bandwidth_bound_for_a_big_model_on_llama_cpp() -> None:
+    job = Job(quant="f16", engine="llama.cpp")
+    slow, fast = decode_step_s(LLAMA, card(), job, 1), decode_step_s(LLAMA, card(memory_bandwidth_gbps=2000), job, 1)
+    fixed = LLAMA.layers * engines.ENGINES["llama.cpp"].layer_overhead_s
+    assert (slow - fixed) == pytest.approx(2 * (fast - fixed))
+
+
+def test_embeddings_are_looked_up_not_read() -> None:
+    fmt = weight_format("bf16")
+    assert decode_weight_bytes(LLAMA, fmt, 1) == (LLAMA.params - LLAMA.embedding_params) * 2
+
+
+def test_moe_decode_reads_only_the_active_experts() -> None:
+    mixtral = spec_from_config({"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336,
+                                "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                                "vocab_size": 32000, "num_local_experts": 8, "num_experts_per_tok": 2}, "m", "t")
+    fmt = weight_format("bf16")
+    one = decode_weight_bytes(mixtral, fmt, 1)
+    assert one == pytest.approx((mixtral.active_params - mixtral.embedding_params) * 2)
+    assert decode_weight_bytes(mixtral, fmt, 64) == pytest.approx((mixtral.params - mixtral.embedding_params) * 2,
+                                                                  rel=1e-6), "a big batch touches every expert"
+
+
+def test_small_models_in_eager_transformers_are_host_bound() -> None:
+    job = Job(quant="bf16", engine="transformers")
+    tiny = spec_from_config({"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864,
+                             "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+                             "vocab_size": 151936, "tie_word_embeddings": True}, "q", "t")
+    assert decode_step_s(tiny, card(), job, 1) == decode_step_s(tiny, card(memory_bandwidth_gbps=4000), job, 1)
+
+
+def test_llama_cpp_across_gpus_is_a_pipeline_not_more_bandwidth() -> None:
+    one = decode_step_s(LLAMA, card(), Job(quant="q4_k_m", engine="llama.cpp"), 512)
+    four = decode_step_s(LLAMA, card(), Job(quant="q4_k_m", engine="llama.cpp", gpus=4), 512)
+    assert four == pytest.approx(one)
+    vllm_one = decode_step_s(LLAMA, card(), Job(engine="vllm"), 512)
+    vllm_two = decode_step_s(LLAMA, card(), Job(engine="vllm", gpus=2), 512)
+    assert vllm_two < vllm_one
+
+
+def test_geforce_fp16_accumulate_doubles_the_rate_for_llama_cpp_only() -> None:
+    geforce = card(segment="consumer", fp16_tensor_tflops=165.2)
+    assert peak_flops(geforce, "fp16") == pytest.approx(165.2e12)
+    assert peak_flops(geforce, "fp16", fp16_accumulate=True) == pytest.approx(330.4e12)
+    assert peak_flops(card(), "fp16", fp16_accumulate=True) == pytest.approx(400e12)
+
+
+def test_unpublished_tensor_rate_gives_no_compute_prediction() -> None:
+    no_rates = card(fp16_tensor_tflops=None, bf16_tensor_tflops=None)
+    assert peak_flops(no_rates, "bf16") is None
+    speed = training_speed(LLAMA, no_rates, Job(task="full"))
+    assert speed.train_tokens_s is None and "publishes no dense tensor rate" in speed.why
+
+
+def test_prefill_flops_count_causal_attention() -> None:
+    heads_dim = 32 * 128
+    assert prefill_flops(LLAMA, 1000) == 2 * LLAMA.params * 1000 + 2 * 32 * 1000**2 * heads_dim
+
+
+def test_training_scales_with_gpus() -> None:
+    one = training_speed(LLAMA, card(), Job(task="full", context=2048)).train_tokens_s
+    eight = training_speed(LLAMA, card(), Job(task="full", context=2048, gpus=8, zero=3)).train_tokens_s
+    assert eight == pytest.approx(8 * one)
+
+
+def test_largest_context_is_the_boundary(catalog) -> None:
+    gpu, _ = parse_gpu("4090", catalog)
+    longest = largest(LLAMA, gpu, Job(), "context", 131072)
+    assert fit(LLAMA, gpu, Job(context=longest)).fits
+    assert not fit(LLAMA, gpu, Job(context=longest + 1)).fits
+
+
+def test_parse_gpu_counts(catalog) -> None:
+    assert parse_gpu("2xH100", catalog)[1] == 2
+    assert parse_gpu("8 x a100-80g", catalog)[0].id == "a100-sxm4-80gb"
+
+
+def test_recommend_takes_the_fewest_gpus_that_fit(catalog) -> None:
+    picks = recommend(LLAMA, Job(task="full", context=2048), catalog, max_gpus=8)
+    assert picks
+    for pick in picks:
+        if pick.fit.job.gpus > 1:
+            fewer = replace(pick.fit.job, gpus=pick.fit.job.gpus // 2, zero=3 if pick.fit.job.gpus > 2 else 0)
+            assert not fit(LLAMA, pick.fit.gpu, fewer).fits
