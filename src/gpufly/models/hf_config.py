@@ -227,7 +227,7 @@ def _encoder(c: Config, model_type: str, name: str, source: str) -> ModelSpec:
         image, patch, channels = c.need("image_size"), c.need("patch_size"), c.get("num_channels", 3)
         patches = (image // patch) ** 2
         embeddings = channels * patch * patch * h + h + h + (patches + 1) * h
-        labels = len(c.get("id2label", {})) or 1000
+        labels = c.get("num_labels") or len(c.get("id2label", {})) or 2  # transformers' default: 2
         head = h * labels + labels
         params = embeddings + layers * per_layer + 2 * h + head
         kind, context, vocab, embedding_params = "vision", patches + 1, None, 0
@@ -235,7 +235,9 @@ def _encoder(c: Config, model_type: str, name: str, source: str) -> ModelSpec:
         vocab, positions = c.need("vocab_size"), c.get("max_position_embeddings", 512)
         types = c.get("type_vocab_size", 2)
         embeddings = vocab * h + positions * h + types * h + 2 * h
-        params = embeddings + layers * per_layer + (h * h + h)
+        masked_lm = any("MaskedLM" in name for name in c.get("architectures", []))
+        head = (h * h + h + 2 * h + vocab) if masked_lm else (h * h + h)  # MLM transform + bias, or pooler
+        params = embeddings + layers * per_layer + head
         kind, context, embedding_params = "encoder", positions, vocab * h + positions * h + types * h
     return ModelSpec(
         name=name, kind=kind, source=source, params=params, params_method="closed form (config.json)",

@@ -20,7 +20,9 @@ def transformers_available() -> bool:
 def count_on_meta(config: dict[str, Any], where: str) -> int:
     """Parameters of the model ``config`` describes, built with transformers on the meta device.
 
-    Shared (tied) parameters are counted once, as ``Module.parameters()`` yields them once.
+    The class is the config's first ``architectures`` entry (the head the checkpoint ships), else
+    the causal-LM or bare model class. Shared (tied) parameters are counted once, as
+    ``Module.parameters()`` yields them once.
     """
     import torch
     import transformers
@@ -35,13 +37,17 @@ def count_on_meta(config: dict[str, Any], where: str) -> int:
     except (ValueError, KeyError) as exc:
         raise GpuflyError(f"{where}: transformers does not know model_type '{model_type}' ({exc})",
                           hint="upgrade transformers, or use a preset") from exc
+    named = [getattr(transformers, name) for name in config.get("architectures") or [] if hasattr(transformers, name)]
     with torch.device("meta"):
-        for auto in (transformers.AutoModelForCausalLM, transformers.AutoModel):
-            try:
-                model = auto.from_config(hf_config)
-                break
-            except ValueError:
-                continue
+        if named:
+            model = named[0]._from_config(hf_config)
         else:
-            raise GpuflyError(f"{where}: transformers has no model class for '{model_type}'")
+            for auto in (transformers.AutoModelForCausalLM, transformers.AutoModel):
+                try:
+                    model = auto.from_config(hf_config)
+                    break
+                except ValueError:
+                    continue
+            else:
+                raise GpuflyError(f"{where}: transformers has no model class for '{model_type}'")
     return sum(parameter.numel() for parameter in model.parameters())
