@@ -5,6 +5,7 @@
 Reads the public measurements in ../shared/calibration/ (or --rows DIR) plus benchmarks/rows/*.csv,
 predicts each row with gpufly's advisor (catalog peaks, engines' calibrated constants), and prints
 the absolute percentage error per metric: decode tok/s, prefill tok/s, training throughput, VRAM.
+"decode tok/s, naive" is the common shortcut (bandwidth / weight bytes), printed for comparison.
 Rows whose GPU or model gpufly does not know are counted as skipped, never guessed.
 """
 
@@ -23,8 +24,9 @@ from gpufly.catalog import default_catalog
 from gpufly.catalog.spec import GpuSpec
 from gpufly.errors import GpuflyError
 from gpufly.estimate.engines import GIB
+from gpufly.estimate.formats import weight_format
 from gpufly.estimate.job import Job
-from gpufly.estimate.memory import inference_memory
+from gpufly.estimate.memory import inference_memory, weight_bytes
 from gpufly.estimate.speed import decode_step_s, prefill_s, training_speed
 from gpufly.models.resolve import load_model
 from gpufly.models.spec import ModelSpec
@@ -123,6 +125,9 @@ def inference_comparisons(folder: Path, lookup: Lookup, skipped: dict[str, int])
             else:
                 predicted = job.batch / step
             yield Comparison("decode tok/s", f"{job.engine}, {single}", predicted, float(row["decode_tok_s"]), label)
+            naive = gpu.memory_bandwidth_gbps * 1e9 / weight_bytes(model, weight_format(job.quant))
+            yield Comparison("decode tok/s, naive", f"{job.engine}, {single}", naive, float(row["decode_tok_s"]),
+                             label)
         if row["prefill_tok_s"]:
             seconds = prefill_s(model, gpu, job, prompt)
             if seconds is not None:
