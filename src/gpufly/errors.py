@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class GpuflyError(Exception):
     """A problem the user can fix: a bad name, a bad value, an unreadable file.
@@ -15,3 +18,16 @@ class GpuflyError(Exception):
         self.message = message
         self.hint = hint
         self.exit_code = exit_code
+
+
+def unknown_choice(kind: str, name: str, choices: Iterable[str], hint: str | None = None,
+                   cutoff: float = 0.5) -> GpuflyError:
+    """The error for a name that is not one of ``choices``, with the closest ones suggested.
+
+    >>> unknown_choice("engine", "vlm", ["vllm", "transformers"]).message
+    "unknown engine 'vlm'; did you mean vllm?"
+    """
+    options = sorted(set(choices))
+    close = difflib.get_close_matches(name, options, n=3, cutoff=cutoff)
+    did_you_mean = f"; did you mean {', '.join(close)}?" if close else ""
+    return GpuflyError(f"unknown {kind} '{name}'{did_you_mean}", hint=hint or f"{kind}s: {', '.join(options)}")

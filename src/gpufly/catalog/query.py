@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gpufly.catalog.spec import GpuSpec
-from gpufly.errors import GpuflyError
+from gpufly.errors import GpuflyError, unknown_choice
 
 
 @dataclass(frozen=True)
@@ -98,10 +97,7 @@ PRECISIONS: dict[str, str] = {
 
 
 def _choose(kind: str, name: str, choices: Iterable[str], hint: str) -> str:
-    options = sorted(set(choices))
-    close = difflib.get_close_matches(name, options, n=3, cutoff=0.5)
-    did_you_mean = f"; did you mean {', '.join(close)}?" if close else ""
-    raise GpuflyError(f"unknown {kind} '{name}'{did_you_mean}", hint=hint)
+    raise unknown_choice(kind, name, choices, hint)
 
 
 def metric(name: str) -> Metric:

@@ -7,10 +7,9 @@ from the engines' own documentation and issue threads, as cited.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 
-from gpufly.errors import GpuflyError
+from gpufly.errors import unknown_choice
 
 MIB = 2**20
 GIB = 2**30
@@ -101,6 +100,4 @@ def engine(name: str) -> Engine:
     key = _ENGINE_ALIASES.get(name.strip().lower(), name.strip().lower())
     if key in ENGINES:
         return ENGINES[key]
-    close = difflib.get_close_matches(key, [*ENGINES, *_ENGINE_ALIASES], n=3, cutoff=0.5)
-    did_you_mean = f"; did you mean {', '.join(close)}?" if close else ""
-    raise GpuflyError(f"unknown engine '{name}'{did_you_mean}", hint="engines: " + ", ".join(ENGINES))
+    raise unknown_choice("engine", name, [*ENGINES, *_ENGINE_ALIASES], hint="engines: " + ", ".join(ENGINES))

@@ -9,10 +9,9 @@ per group.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 
-from gpufly.errors import GpuflyError
+from gpufly.errors import GpuflyError, unknown_choice
 
 
 @dataclass(frozen=True)
@@ -68,18 +67,12 @@ def weight_format(name: str) -> WeightFormat:
         return WeightFormat(f"int4-g{group}", 4 + 20 / int(group), "fp16", keeps_embeddings_16bit=True)
     if key in WEIGHT_FORMATS:
         return WEIGHT_FORMATS[key]
-    choices = sorted(WEIGHT_FORMATS) + sorted(_ALIASES)
-    close = difflib.get_close_matches(key, choices, n=3, cutoff=0.5)
-    did_you_mean = f"; did you mean {', '.join(close)}?" if close else ""
-    raise GpuflyError(f"unknown quantization '{name}'{did_you_mean}",
-                      hint="formats: " + ", ".join(sorted(WEIGHT_FORMATS)) + ", int4-gN")
+    raise unknown_choice("quantization", name, [*WEIGHT_FORMATS, *_ALIASES],
+                         hint="formats: " + ", ".join(sorted(WEIGHT_FORMATS)) + ", int4-gN")
 
 
 def kv_bytes(name: str) -> float:
     key = name.strip().lower()
     if key not in KV_BYTES:
-        close = difflib.get_close_matches(key, KV_BYTES, n=3, cutoff=0.5)
-        did_you_mean = f"; did you mean {', '.join(close)}?" if close else ""
-        raise GpuflyError(f"unknown KV-cache format '{name}'{did_you_mean}",
-                          hint="KV formats: fp16, bf16, fp8, q8_0, q4_0")
+        raise unknown_choice("KV-cache format", name, KV_BYTES, hint="KV formats: fp16, bf16, fp8, q8_0, q4_0")
     return KV_BYTES[key]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from gpufly.errors import GpuflyError
+from gpufly.errors import GpuflyError, unknown_choice
 
 TASKS = ("infer", "lora", "qlora", "full")
 OPTIMIZERS = ("adamw", "adamw8bit", "sgd", "sgd-momentum", "adafactor")
@@ -60,8 +60,4 @@ class Job:
 
 
 def _bad(kind: str, value: str, choices: tuple[str, ...]) -> None:
-    import difflib
-
-    close = difflib.get_close_matches(value, choices, n=2, cutoff=0.4)
-    did_you_mean = f"; did you mean {', '.join(close)}?" if close else ""
-    raise GpuflyError(f"unknown {kind} '{value}'{did_you_mean}", hint=f"{kind}s: {', '.join(choices)}")
+    raise unknown_choice(kind, value, choices, hint=f"{kind}s: {', '.join(choices)}", cutoff=0.4)
