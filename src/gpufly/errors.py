@@ -30,4 +30,4 @@ def unknown_choice(kind: str, name: str, choices: Iterable[str], hint: str | Non
     options = sorted(set(choices))
     close = difflib.get_close_matches(name, options, n=3, cutoff=cutoff)
     did_you_mean = f"; did you mean {', '.join(close)}?" if close else ""
-    return GpuflyError(f"unknown {kind} '{name}'{did_you_mean}", hint=hint or f"{kind}s: {', '.join(options)}")
+    return GpuflyError(f"unknown {kind} '{name}'{did_you_mean}", hint=hint or f"one of: {', '.join(options)}")

@@ -91,3 +91,16 @@ def test_bad_input_is_one_error_line_and_exit_2(cli, args, message) -> None:
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and message in errors[0], result.stderr
+
+
+def test_fsdp_and_lora_targets(cli) -> None:
+    sharded = json.loads(cli("fit", LLAMA, "--gpu", "4xa100-80g", "--task", "full", "--fsdp", "full_shard",
+                             "--json").stdout)
+    zero3 = json.loads(cli("fit", LLAMA, "--gpu", "4xa100-80g", "--task", "full", "--zero", "3", "--json").stdout)
+    assert sharded["results"][0]["memory"] == zero3["results"][0]["memory"]
+    two = json.loads(cli("fit", LLAMA, "--gpu", "4090", "--task", "lora", "--lora-targets", "q_proj,v_proj",
+                         "--json").stdout)
+    adapters = next(i for i in two["results"][0]["memory"]["items"] if i["name"] == "lora_adapters")
+    assert adapters["bytes"] == 32 * 16 * ((4096 + 4096) + (4096 + 1024)) * 8
+    bad = cli("fit", LLAMA, "--gpu", "4090", "--task", "full", "--fsdp", "full")
+    assert bad.code == 2 and "unknown FSDP strategy 'full'; did you mean full_shard" in bad.stderr

@@ -11,14 +11,16 @@ from rich.table import Table
 
 from gpufly.catalog import GpuSpec, default_catalog
 from gpufly.cli.render import MISSING, console, print_json
+from gpufly.errors import GpuflyError, unknown_choice
 from gpufly.estimate.engines import GIB
-from gpufly.estimate.job import Job
+from gpufly.estimate.job import DEFAULT_LORA_TARGETS, Job
 from gpufly.models.spec import ModelSpec
 
 if TYPE_CHECKING:
     from gpufly.estimate.advise import Change, Fit
 
 SCHEMA_VERSION = 1
+DEFAULT_TARGETS = ",".join(DEFAULT_LORA_TARGETS)
 
 Task = Annotated[str, typer.Option("--task", help="infer, lora, qlora or full.")]
 Quant = Annotated[str, typer.Option("--quant", help="fp32, bf16, fp16, fp8, int8, int4[-gN], nf4, q4_k_m, q8_0...")]
@@ -30,12 +32,19 @@ Optimizer = Annotated[str, typer.Option("--optimizer", help="adamw, adamw8bit, s
 Zero = Annotated[int, typer.Option("--zero", help="ZeRO/FSDP stage 0-3 across the GPUs.")]
 Checkpointing = Annotated[bool, typer.Option("--checkpointing", help="Full activation checkpointing.")]
 LoraRank = Annotated[int, typer.Option("--lora-rank", help="LoRA rank r.")]
+LoraTargets = Annotated[str, typer.Option("--lora-targets", help="Comma-separated modules LoRA adapts.")]
+Fsdp = Annotated[str | None, typer.Option("--fsdp", help="FSDP: full_shard (= ZeRO-3) or shard_grad_op (= ZeRO-2).")]
 Fp32 = Annotated[bool, typer.Option("--fp32", help="Train in fp32 instead of mixed precision.")]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
+FSDP_STAGES = {"full_shard": 3, "shard_grad_op": 2, "no_shard": 0}
+"""FSDP sharding strategies and the ZeRO stage each equals in memory (llm-analysis README)."""
+
+
 def _job(task: str, quant: str, ctx: int, batch: int, kv: str, engine: str, optimizer: str, zero: int,
-         checkpointing: bool, lora_rank: int, fp32: bool, gpus: int = 1) -> Job:
+         checkpointing: bool, lora_rank: int, fp32: bool, lora_targets: str = DEFAULT_TARGETS,
+         fsdp: str | None = None) -> Job:
     from gpufly.estimate.engines import engine as check_engine
     from gpufly.estimate.formats import kv_bytes, weight_format
 
@@ -46,8 +55,16 @@ def _job(task: str, quant: str, ctx: int, batch: int, kv: str, engine: str, opti
         quant = "fp32"
     if quant.lower().startswith("q") and engine == "transformers" and task == "infer":
         engine = "llama.cpp"
+    if fsdp is not None:
+        if fsdp.lower() not in FSDP_STAGES:
+            raise unknown_choice("FSDP strategy", fsdp, FSDP_STAGES)
+        zero = FSDP_STAGES[fsdp.lower()]
+    targets = tuple(t.strip() for t in lora_targets.split(",") if t.strip())
+    if not targets:
+        raise GpuflyError("--lora-targets names no module", hint=f"e.g. --lora-targets {DEFAULT_TARGETS}")
     return Job(task=task, quant=quant, context=ctx, batch=batch, kv_format=kv, engine=engine, optimizer=optimizer,
-               zero=zero, checkpointing=checkpointing, lora_rank=lora_rank, mixed_precision=not fp32, gpus=gpus)
+               zero=zero, checkpointing=checkpointing, lora_rank=lora_rank, mixed_precision=not fp32,
+               lora_targets=targets)
 
 
 def _load(model: str, exact: bool = False) -> ModelSpec:
@@ -140,7 +157,8 @@ def fit(
     ] = None,
     task: Task = "infer", quant: Quant = "bf16", ctx: Ctx = 4096, batch: Batch = 1, kv: Kv = "fp16",
     engine: EngineOpt = "transformers", optimizer: Optimizer = "adamw", zero: Zero = 0,
-    checkpointing: Checkpointing = False, lora_rank: LoraRank = 16, fp32: Fp32 = False,
+    checkpointing: Checkpointing = False, lora_rank: LoraRank = 16, lora_targets: LoraTargets = DEFAULT_TARGETS,
+    fsdp: Fsdp = None, fp32: Fp32 = False,
     max_ctx: Annotated[bool, typer.Option("--max-ctx", help="Solve for the longest context that fits.")] = False,
     max_batch: Annotated[bool, typer.Option("--max-batch", help="Solve for the largest batch that fits.")] = False,
     exact: Annotated[bool, typer.Option("--exact", help="Count parameters on the meta device (transformers).")] = False,
@@ -152,7 +170,8 @@ def fit(
 
     catalog = default_catalog()
     targets = [parse_gpu(gpu, catalog)] if gpu else _machine_gpus()
-    base = _job(task, quant, ctx, batch, kv, engine, optimizer, zero, checkpointing, lora_rank, fp32)
+    base = _job(task, quant, ctx, batch, kv, engine, optimizer, zero, checkpointing, lora_rank, fp32, lora_targets,
+                fsdp)
     spec = _load(model, exact)
     out = console()
     if not targets:
@@ -197,7 +216,7 @@ def recommend(
     model: Annotated[str, typer.Argument(help="Preset name, config.json or folder, .gguf file, or module:function.")],
     task: Task = "infer", quant: Quant = "bf16", ctx: Ctx = 4096, batch: Batch = 1, kv: Kv = "fp16",
     engine: EngineOpt = "transformers", optimizer: Optimizer = "adamw", checkpointing: Checkpointing = False,
-    lora_rank: LoraRank = 16, fp32: Fp32 = False,
+    lora_rank: LoraRank = 16, lora_targets: LoraTargets = DEFAULT_TARGETS, fp32: Fp32 = False,
     budget: Annotated[
         float | None, typer.Option("--budget", metavar="USD", help="Most to spend (launch prices).")
     ] = None,
@@ -209,7 +228,7 @@ def recommend(
     """Rank catalog GPUs (and how many of each) that fit MODEL for this job."""
     from gpufly.estimate.advise import recommend as rank
 
-    job = _job(task, quant, ctx, batch, kv, engine, optimizer, 0, checkpointing, lora_rank, fp32)
+    job = _job(task, quant, ctx, batch, kv, engine, optimizer, 0, checkpointing, lora_rank, fp32, lora_targets)
     spec = _load(model)
     picks = rank(spec, job, default_catalog(), budget_usd=budget, max_gpus=max_gpus, prefer=prefer)
     if json_out:
