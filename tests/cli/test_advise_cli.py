@@ -82,6 +82,8 @@ def test_recommend_within_a_budget_only_priced_cards(cli) -> None:
     (("fit", str(CONFIGS / "broken.json"), "--gpu", "4090"), "error: "),
     (("fit", str(CONFIGS / "missing_field.json"), "--gpu", "4090"), "lacks the field 'num_hidden_layers'"),
     (("fit", "/nonexistent/config.json", "--gpu", "4090"), "error: no such file"),
+    (("fit", str(CONFIGS.parent / "not_a_model.gguf"), "--gpu", "4090"), "not a GGUF file"),
+    (("fit", "/nonexistent/model.gguf", "--gpu", "4090"), "error: "),
     (("recommend", LLAMA, "--budget", "-1"), "error: --budget must be positive"),
     (("recommend", LLAMA, "--prefer", "vibes"), "error: unknown preference 'vibes'"),
 ])

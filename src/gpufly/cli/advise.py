@@ -114,8 +114,9 @@ def render_fit(verdict: Fit, changes: list[Change], out: Console) -> None:
         line = f"speed: {_rate(s.train_tokens_s, 'tokens/s')}" if s.train_tokens_s else \
             f"speed: {_rate(s.train_samples_s, 'samples/s')}"
     else:
+        ttft = f", first token after {s.time_to_first_token_s:.2f} s" if s.time_to_first_token_s else ""
         line = (f"speed: decode {_rate(s.decode_tok_s, 'tok/s')} at the end of the context, prefill "
-                f"{_rate(s.prefill_tok_s, 'tok/s')}")
+                f"{_rate(s.prefill_tok_s, 'tok/s')}{ttft}")
     out.print(line + (f" ({s.why})" if s.why else "") + "  [roofline with calibrated efficiencies; "
               "docs/estimates.md]")
     if changes:
