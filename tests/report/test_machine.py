@@ -44,13 +44,15 @@ def test_cpu_model_reads_proc_cpuinfo(tmp_path) -> None:
 def test_report_command_on_this_machine(cli) -> None:
     result = cli("report", "--json")
     assert result.code == 0, result.stderr
-    machine = json.loads(result.stdout)["machine"]
+    data = json.loads(result.stdout)
+    machine = data["machine"]
+    assert all(finding["status"] in ("ok", "warn", "fail") for finding in data["doctor"])
     assert machine["host"]["cpu_logical_cores"] >= 1
     assert machine["host"]["memory_total_bytes"] > 0
     if not machine["gpus"]:
         assert machine["summary"].startswith("no NVIDIA GPU found")
     text = cli("report")
-    assert text.code == 0 and "This machine" in text.stdout
+    assert text.code == 0 and "This machine" in text.stdout and "doctor:" in text.stdout
 
 
 def test_rendered_report_names_each_gpu_and_its_catalog_entry() -> None:

@@ -13,6 +13,15 @@ from gpufly.report.machine import MachineReport, probe_machine
 from gpufly.report.models_fit import CONTEXT, ModelFitRow, model_fit_rows
 
 
+def render_doctor_summary(findings: list, out: Console) -> None:
+    """The doctor's verdict in a few lines; `gpufly doctor` has the whole table."""
+    fails = [f for f in findings if f.status == "fail"]
+    warns = [f for f in findings if f.status == "warn"]
+    out.print(f"doctor: {len(fails)} failed, {len(warns)} warnings (`gpufly doctor` for details)")
+    for finding in [*fails, *warns]:
+        out.print(f"  {finding.status}: {finding.what}" + (f" -> {finding.fix}" if finding.fix else ""))
+
+
 def render_models(rows: list[ModelFitRow], out: Console) -> None:
     table = Table(title=f"Popular models on this machine (ctx {CONTEXT:,}, batch 1)", title_justify="left")
     for column in ("model", "format", "GPUs", "needs per GPU", "fits", "decode"):
@@ -58,12 +67,18 @@ def render_machine(report: MachineReport, out: Console | None = None) -> None:
 
 def report(json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Report on this machine: OS, CPU, RAM, and each NVIDIA GPU with its catalog entry."""
+    from gpufly.doctor.checks import diagnose
+    from gpufly.doctor.probes import probe_all
+
     machine = probe_machine()
     rows = model_fit_rows(machine.gpu_types())
+    findings = diagnose(probe_all())
     if json_out:
-        print_json({"schema_version": 1, "machine": machine.to_dict(), "models": [r.to_dict() for r in rows]})
+        print_json({"schema_version": 1, "machine": machine.to_dict(), "models": [r.to_dict() for r in rows],
+                    "doctor": [f.to_dict() for f in findings]})
         return
     render_machine(machine)
+    render_doctor_summary(findings, console())
     if rows:
         render_models(rows, console())
     else:

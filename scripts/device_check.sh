@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Everything that needs a GPU, in one call: the gpu-marked tests, the doctor's smoke test, the facts.
+# Results go under $OUT (default ./device_out): copy the numbers into docs/measurements/ with the card named.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-device_out}"
+mkdir -p "$OUT"
+python3 -m venv .venv-device && . .venv-device/bin/activate
+pip install --quiet torch==2.13.0 2>/dev/null || pip install --quiet torch
+pip install --quiet -e '.[dev]' 2>&1 | tail -2
+nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
+gpufly doctor --deep --json > "$OUT/doctor_deep.json" 2> "$OUT/doctor_deep.stderr"
+gpufly doctor --save "$OUT/facts.json" > "$OUT/doctor.txt" 2>&1
+gpufly report --json > "$OUT/report.json" 2>&1
+timeout 300 pytest -m gpu -v > "$OUT/pytest_gpu.txt" 2>&1
+echo "pytest -m gpu exit: $?" >> "$OUT/pytest_gpu.txt"
+ls -la "$OUT"

@@ -1,0 +1,283 @@
+"""Findings: facts in, what does not fit together out, each with why it matters and the fix.
+
+Pure logic over a Facts document (doctor/facts.py); the version tables live in doctor/data and
+are read through doctor/compat.py. Thresholds are named constants here, in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from gpufly.doctor.facts import Facts, FrameworkFact, GpuFact
+
+LOW_FREE_VRAM_SHARE = 0.2
+"""Below this share of free memory, with other processes holding it, a job may not fit."""
+SLOW_FP16_CCS = {"5.0", "5.2", "5.3", "6.1", "6.2"}
+"""Consumer Maxwell and Pascal run FP16 at 1/64 (6.1) or without fast paths: AMP slows them down
+(CUDA C Programming Guide, arithmetic instruction throughput per compute capability)."""
+STATUS_ORDER = {"fail": 0, "warn": 1, "ok": 2}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One check's result: ``status`` ok, warn or fail; what is wrong in one sentence, why it
+    matters, and the command or step that fixes it."""
+
+    check: str
+    status: str
+    what: str
+    why: str = ""
+    fix: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _cc_tuple(cc: str | None) -> tuple[int, int]:
+    if not cc:
+        return (0, 0)
+    major, _, minor = cc.partition(".")
+    return int(major), int(minor or 0)
+
+
+def _torch_install(facts: Facts) -> str:
+    from gpufly.doctor.install import choose_torch, platform_of
+
+    plan = choose_torch(list(facts.gpus), facts.driver, platform_of(facts.env), facts.env.python_version,
+                        machine=facts.env.machine)
+    return " ".join(part for part in (plan.command, plan.advice) if part)
+
+
+def check_driver(facts: Facts) -> Iterator[Finding]:
+    driver, env = facts.driver, facts.env
+    if driver.found and facts.gpus:
+        yield Finding("driver", "ok", f"NVIDIA driver {driver.version} (CUDA up to {driver.cuda_version}), "
+                      f"{len(facts.gpus)} GPU(s)")
+        return
+    if env.in_container:
+        yield Finding("driver", "warn", "no NVIDIA GPU inside this container",
+                      "if the host has one, the container was started without GPU access and CUDA sees no device",
+                      "start it with `docker run --gpus all ...` (NVIDIA Container Toolkit installed on the host), "
+                      "or in Kubernetes request `nvidia.com/gpu`")
+        return
+    reason = driver.error or "no NVIDIA driver"
+    if driver.error and "not loaded" in driver.error:
+        yield Finding("driver", "fail", f"the NVIDIA driver is installed but not loaded ({driver.error})",
+                      "no CUDA program can reach the GPU", "reboot after a driver install or kernel update, or "
+                      "`sudo modprobe nvidia`; check `dmesg | grep -i nvidia` for the reason (Secure Boot?)")
+        return
+    if env.in_wsl:
+        yield Finding("driver", "warn", f"no NVIDIA GPU visible in WSL ({reason})",
+                      "WSL reaches the GPU through the Windows driver",
+                      "install or update the NVIDIA driver on Windows, not inside WSL; then `wsl --update`")
+        return
+    yield Finding("driver", "ok", f"no NVIDIA GPU found ({reason}): a CPU-only machine")
+
+
+def check_visible_devices(facts: Facts) -> Iterator[Finding]:
+    value = facts.env.cuda_visible_devices
+    if value is None or not facts.gpus:
+        return
+    entries = [item.strip() for item in value.split(",") if item.strip()]
+    if not entries or entries[0] in ("-1", "none", "NoDevFiles"):
+        yield Finding("visible_devices", "fail", f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU",
+                      f"{len(facts.gpus)} GPU(s) are installed, but CUDA programs see none",
+                      "unset CUDA_VISIBLE_DEVICES, or list the GPUs to use: export CUDA_VISIBLE_DEVICES=0,1")
+    elif len(entries) < len(facts.gpus):
+        yield Finding("visible_devices", "warn", f"CUDA_VISIBLE_DEVICES={value!r} shows {len(entries)} of "
+                      f"{len(facts.gpus)} GPUs", "the others are hidden from CUDA programs (NVML still lists them)",
+                      "unset CUDA_VISIBLE_DEVICES if that is not meant")
+
+
+def _torch_build_findings(facts: Facts, torch: FrameworkFact) -> Iterator[Finding]:
+    from gpufly.doctor.compat import arch_covers, driver_supports, min_driver_for
+
+    platform = facts.env.platform or "linux"
+    if torch.cuda_version is None:
+        yield Finding("torch_cpu_wheel", "fail", f"PyTorch {torch.version} is a CPU-only build on a machine with "
+                      f"{len(facts.gpus)} NVIDIA GPU(s)",
+                      "torch.cuda.is_available() is False: everything runs on the CPU",
+                      _torch_install(facts))
+        return
+    if facts.driver.version and not driver_supports(facts.driver.version, torch.cuda_version, platform):
+        needed = min_driver_for(torch.cuda_version, platform)
+        yield Finding("driver_too_old", "fail", f"driver {facts.driver.version} is too old for PyTorch's CUDA "
+                      f"{torch.cuda_version} (needs {needed} or newer)", "CUDA initialisation fails "
+                      "('The NVIDIA driver on your system is too old')",
+                      f"update the NVIDIA driver to {needed} or newer, or install a build this driver runs: "
+                      f"{_torch_install(facts)}")
+    arch_list = torch.arch_list or ()
+    if arch_list:
+        for gpu in facts.gpus:
+            if gpu.compute_capability and arch_covers(gpu.compute_capability, arch_list) is None:
+                compiled = [_sm_to_cc(a) for a in arch_list if a.startswith("sm_")]
+                oldest = min(compiled, key=_cc_tuple, default="?")
+                dropped = bool(compiled) and _cc_tuple(gpu.compute_capability) < _cc_tuple(oldest)
+                what = (f"this PyTorch build dropped the {gpu.name} (compute capability {gpu.compute_capability}; "
+                        f"oldest compiled: sm_{oldest.replace('.', '')})" if dropped else
+                        f"this PyTorch build has no kernels for the {gpu.name} (compute capability "
+                        f"{gpu.compute_capability}; compiled: {', '.join(arch_list)})")
+                yield Finding("arch_missing", "fail", what, "CUDA calls fail with 'no kernel image is available "
+                              "for execution on the device'", _torch_install(facts))
+    if torch.gpu_available is False and facts.driver.found:
+        yield Finding("torch_no_gpu", "fail", f"PyTorch {torch.version} (CUDA {torch.cuda_version}) sees no GPU",
+                      "torch.cuda.is_available() is False although a driver and GPUs are present",
+                      "check the findings above; `python -c \"import torch; torch.cuda.init()\"` shows the CUDA error")
+
+
+def _sm_to_cc(arch: str) -> str:
+    digits = arch.split("_", 1)[-1]
+    return f"{digits[:-1]}.{digits[-1]}" if digits.isdigit() and len(digits) >= 2 else "0.0"
+
+
+def check_torch(facts: Facts) -> Iterator[Finding]:
+    torch = next((f for f in facts.frameworks if f.name == "torch"), None)
+    if torch is None or not torch.installed:
+        return
+    if torch.import_error or torch.timed_out:
+        yield Finding("torch_import", "fail", f"importing torch failed: {torch.import_error or 'timed out'}",
+                      "a broken install can hang or crash every program that imports it",
+                      "reinstall it in a fresh virtual environment: " + _torch_install(facts))
+        return
+    if not facts.gpus:
+        yield Finding("torch", "ok", f"PyTorch {torch.version}" + (f" (CUDA {torch.cuda_version})"
+                                                                  if torch.cuda_version else " (CPU build)"))
+        return
+    found = list(_torch_build_findings(facts, torch))
+    yield from found or [Finding("torch", "ok", f"PyTorch {torch.version} with CUDA {torch.cuda_version} runs "
+                                 f"on every GPU here")]
+
+
+def check_tensorflow(facts: Facts) -> Iterator[Finding]:
+    tf = next((f for f in facts.frameworks if f.name == "tensorflow"), None)
+    if tf is None or not tf.installed:
+        return
+    verify = "check with tf.config.list_physical_devices('GPU') (tf.test.is_gpu_available is deprecated)"
+    if tf.distribution == "tensorflow-gpu":
+        yield Finding("tensorflow_gpu_package", "fail", "TensorFlow comes from the removed 'tensorflow-gpu' package",
+                      "tensorflow-gpu stopped at 2.10 and no longer installs; GPU support is in 'tensorflow' itself",
+                      "pip uninstall -y tensorflow-gpu && pip install 'tensorflow[and-cuda]'; " + verify)
+        return
+    if tf.import_error or tf.timed_out:
+        yield Finding("tensorflow_import", "fail", f"importing TensorFlow failed: {tf.import_error or 'timed out'}",
+                      "", "reinstall: pip install 'tensorflow[and-cuda]'")
+        return
+    if facts.gpus and not tf.gpu_available:
+        cpu_only = tf.cuda_version is None or tf.distribution == "tensorflow-cpu"
+        yield Finding("tensorflow_no_gpu", "fail", f"TensorFlow {tf.version} " + (
+            "is built without CUDA" if cpu_only else "sees no GPU"), "TensorFlow runs everything on the CPU",
+            ("pip install 'tensorflow[and-cuda]' (Linux; on Windows, GPU support needs WSL2 since TF 2.11); "
+             if cpu_only else "install the CUDA libraries it expects: pip install 'tensorflow[and-cuda]'; ") + verify)
+        return
+    yield Finding("tensorflow", "ok", f"TensorFlow {tf.version}" + (" with GPU" if tf.gpu_available else ""))
+
+
+def check_jax(facts: Facts) -> Iterator[Finding]:
+    jax = next((f for f in facts.frameworks if f.name == "jax"), None)
+    if jax is None or not jax.installed:
+        return
+    if jax.import_error or jax.timed_out:
+        yield Finding("jax_import", "fail", f"importing JAX failed: {jax.import_error or 'timed out'}", "",
+                      'pip install -U "jax[cuda12]"')
+    elif facts.gpus and jax.backend != "gpu":
+        yield Finding("jax_cpu", "fail", f"JAX {jax.version} runs on the {jax.backend or 'cpu'} backend",
+                      "jaxlib without a CUDA plugin ignores the GPUs", 'pip install -U "jax[cuda12]"')
+    else:
+        yield Finding("jax", "ok", f"JAX {jax.version} on {jax.backend}")
+
+
+def check_half_precision(facts: Facts) -> Iterator[Finding]:
+    for gpu in facts.gpus:
+        if gpu.compute_capability in SLOW_FP16_CCS:
+            yield Finding("slow_fp16", "warn", f"the {gpu.name} (compute capability {gpu.compute_capability}) has no "
+                          "fast half precision", "FP16 runs at a small fraction of FP32 and there are no tensor cores: "
+                          "mixed precision (AMP) slows it down", "train in FP32 on this card, or use a Volta or newer "
+                          "GPU for AMP")
+
+
+def _link(gpu: GpuFact) -> str:
+    now = f"gen {gpu.pcie_gen_current} x{gpu.pcie_width_current}"
+    return f"PCIe {now} (max gen {gpu.pcie_gen_max} x{gpu.pcie_width_max})"
+
+
+def check_pcie(facts: Facts) -> Iterator[Finding]:
+    for gpu in facts.gpus:
+        if gpu.pcie_width_current and gpu.pcie_width_max and gpu.pcie_width_current < gpu.pcie_width_max:
+            yield Finding("pcie_degraded", "warn", f"GPU {gpu.index} ({gpu.name}) runs on a narrower link: "
+                          f"{_link(gpu)}", "host-to-device copies (data loading, offload) are slower in proportion",
+                          "reseat the card in a full x16 slot; check the BIOS lane split and riser cables")
+        elif gpu.pcie_gen_current and gpu.pcie_gen_max and gpu.pcie_gen_current < gpu.pcie_gen_max:
+            yield Finding("pcie_gen", "ok", f"GPU {gpu.index} link at gen {gpu.pcie_gen_current} of "
+                          f"{gpu.pcie_gen_max}: normal when idle (the link speeds up under load)")
+
+
+def check_free_memory(facts: Facts) -> Iterator[Finding]:
+    for gpu in facts.gpus:
+        if not gpu.memory_total_bytes or gpu.memory_free_bytes is None:
+            continue
+        if gpu.memory_free_bytes < LOW_FREE_VRAM_SHARE * gpu.memory_total_bytes and gpu.processes:
+            holders = ", ".join(f"{p.name or '?'} (pid {p.pid}, {(p.used_memory_bytes or 0) / 2**30:.1f} GiB)"
+                                for p in gpu.processes)
+            yield Finding("low_free_vram", "warn", f"GPU {gpu.index} has {gpu.memory_free_bytes / 2**30:.1f} of "
+                          f"{gpu.memory_total_bytes / 2**30:.1f} GiB free", f"held by {holders}",
+                          "stop those processes or pick another GPU (CUDA_VISIBLE_DEVICES)")
+
+
+def check_toolkit(facts: Facts) -> Iterator[Finding]:
+    torch = facts.framework("torch")
+    nvcc = facts.toolkit.nvcc_version
+    if torch is None or torch.cuda_version is None:
+        return
+    if nvcc and nvcc.split(".")[:2] != torch.cuda_version.split(".")[:2]:
+        yield Finding("toolkit_mismatch", "warn",
+                      f"the system CUDA toolkit is {nvcc}, PyTorch's is {torch.cuda_version}",
+                      "harmless for running (the wheel brings its own CUDA libraries); it matters only when building "
+                      "CUDA extensions (flash-attn, apex, custom ops), which must match torch's CUDA major version",
+                      f"to build extensions, install CUDA toolkit {torch.cuda_version} and point CUDA_HOME at it")
+    system, bundled = facts.toolkit.cudnn_version, torch.cudnn_version
+    if system and bundled and system.split(".")[0] != str(bundled)[0] and facts.env.ld_library_path:
+        yield Finding("cudnn_mismatch", "warn", f"a system cuDNN {system} is on LD_LIBRARY_PATH; PyTorch ships "
+                      f"cuDNN {bundled}", "a library path that puts another cuDNN first can load the wrong one "
+                      "(CUDNN_STATUS_VERSION_MISMATCH or crashes)",
+                      "remove the system cuDNN directory from LD_LIBRARY_PATH for PyTorch jobs")
+
+
+CHECKS: tuple[Callable[[Facts], Iterator[Finding]], ...] = (
+    check_driver, check_visible_devices, check_torch, check_tensorflow, check_jax, check_half_precision,
+    check_pcie, check_free_memory, check_toolkit,
+)
+
+
+def diagnose(facts: Facts) -> list[Finding]:
+    """Every check's findings, fails first."""
+    findings = [finding for check in CHECKS for finding in check(facts)]
+    return sorted(findings, key=lambda f: STATUS_ORDER[f.status])
+
+
+def smoke_findings(results: list, error: str | None, facts: Facts) -> list[Finding]:
+    """Findings from the --deep smoke test: does each GPU compute right, and how fast against its peak."""
+    from gpufly.catalog import default_catalog
+
+    if error:
+        return [Finding("smoke", "fail", error, "a GPU that cannot run a matmul cannot run a model")]
+    if not results:
+        reason = "no GPU PyTorch can use" if facts.gpus else "no NVIDIA GPU"
+        return [Finding("smoke", "ok" if not facts.gpus else "fail", f"smoke test skipped: {reason}")]
+    catalog = default_catalog()
+    findings = []
+    for r in results:
+        if not r.ok:
+            detail = r.error or f"relative error {r.relative_error:.2e} against the CPU"
+            findings.append(Finding("smoke", "fail", f"GPU {r.index} ({r.name}) computed a wrong {r.dtype} matmul: "
+                                    f"{detail}", "results on this GPU cannot be trusted",
+                                    "check `nvidia-smi -q -d ECC,TEMPERATURE`, reseat the card, update the driver"))
+            continue
+        spec = catalog.match_device(r.name)
+        field = {"float32": "fp32_tflops", "float16": "fp16_tensor_tflops", "bfloat16": "bf16_tensor_tflops"}[r.dtype]
+        peak = getattr(spec, field) if spec else None
+        share = f" = {r.tflops / peak:.0%} of the {peak:g} TFLOPS datasheet peak" if peak and r.tflops else ""
+        findings.append(Finding("smoke", "ok", f"GPU {r.index} ({r.name}) {r.dtype} matmul correct "
+                                f"(error {r.relative_error:.1e}), {r.tflops:.1f} TFLOPS{share}"))
+    return findings

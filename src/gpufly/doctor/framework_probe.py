@@ -1,0 +1,121 @@
+"""Import one framework and print what it says about itself as one JSON line.
+
+Run in a child process, never imported into gpufly's own process for the frameworks' sake: a
+broken install can hang or crash on import. ``probes.probe_frameworks`` passes this file's source
+to ``python -c`` (so the interpreter need not have gpufly installed) with the framework's name as
+the argument. Standard library only, for the same reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import json
+import re
+import sys
+from collections.abc import Callable
+from typing import Any
+
+MARKER = "gpufly-framework-probe: "
+"""Starts the result line, so whatever a framework prints on import cannot be taken for it."""
+TENSORFLOW_DISTRIBUTIONS = ("tensorflow-gpu", "tensorflow-cpu", "tf-nightly", "tensorflow", "tensorflow-intel",
+                            "tensorflow-macos")
+"""Packages that install the ``tensorflow`` module; the first installed one is reported, so the
+removed tensorflow-gpu shows even when plain tensorflow sits beside it."""
+
+
+def _try(fn: Callable[[], Any]) -> Any:
+    """One fact; None when asking for it fails, so one broken call does not lose the others."""
+    try:
+        return fn()
+    except Exception:
+        return None
+
+
+def _installed(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _cudnn_text(version: int | None) -> str | None:
+    """torch's cuDNN number as text: 90100 -> '9.1.0' (cuDNN 9+), 8902 -> '8.9.2' (older)."""
+    if not isinstance(version, int):
+        return None
+    major, rest = divmod(version, 10000) if version >= 90000 else divmod(version, 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
+def _torch(torch: Any) -> dict[str, Any]:
+    cuda = torch.cuda
+    return {
+        "distribution": "torch" if _installed("torch") else None,
+        "cuda_version": _try(lambda: torch.version.cuda),
+        "cudnn_version": _cudnn_text(_try(torch.backends.cudnn.version)),
+        "gpu_available": _try(cuda.is_available),
+        "device_count": _try(cuda.device_count),
+        "arch_list": _try(cuda.get_arch_list),
+    }
+
+
+def _tensorflow(tf: Any) -> dict[str, Any]:
+    info = _try(tf.sysconfig.get_build_info) or {}
+    gpus = _try(lambda: tf.config.list_physical_devices("GPU"))
+    return {
+        "distribution": next((name for name in TENSORFLOW_DISTRIBUTIONS if _installed(name)), None),
+        "cuda_version": info.get("cuda_version"),
+        "cudnn_version": info.get("cudnn_version"),
+        "gpu_available": None if gpus is None else len(gpus) > 0,
+        "device_count": None if gpus is None else len(gpus),
+        "arch_list": info.get("cuda_compute_capabilities"),
+    }
+
+
+def _jax_distributions() -> str:
+    """jax, jaxlib and any CUDA/ROCm plugins, with versions: they must match each other."""
+    found = {}
+    for dist in importlib.metadata.distributions():
+        name = re.sub(r"[-_.]+", "-", dist.metadata["Name"] or "").lower()
+        if name in ("jax", "jaxlib") or re.match(r"jax-(cuda|rocm)\d+-(plugin|pjrt)$", name):
+            found[name] = dist.version
+    return ", ".join(f"{name}=={found[name]}" for name in sorted(found, key=lambda n: (n != "jax", n)))
+
+
+def _jax(jax: Any) -> dict[str, Any]:
+    backend = _try(jax.default_backend)
+    return {
+        "distribution": _jax_distributions() or None,
+        "backend": backend,
+        "gpu_available": None if backend is None else backend == "gpu",
+        "device_count": _try(jax.device_count),
+    }
+
+
+GATHERERS: dict[str, Callable[[Any], dict[str, Any]]] = {"torch": _torch, "tensorflow": _tensorflow, "jax": _jax}
+
+
+def probe(name: str) -> dict[str, Any]:
+    """Import ``name`` here and now and describe it; an import that fails is described, not raised."""
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        installed = exc.name != name
+        return {"name": name, "installed": installed, "import_error": f"{type(exc).__name__}: {exc}"
+                if installed else None}
+    except (Exception, SystemExit) as exc:
+        return {"name": name, "installed": True, "import_error": f"{type(exc).__name__}: {exc}"}
+    return {"name": name, "installed": True, "version": getattr(module, "__version__", None),
+            **GATHERERS[name](module)}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1 or argv[0] not in GATHERERS:
+        print(f"usage: framework_probe {{{','.join(GATHERERS)}}}", file=sys.stderr)
+        return 2
+    print(MARKER + json.dumps(probe(argv[0]), default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

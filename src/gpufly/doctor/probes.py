@@ -1,0 +1,502 @@
+"""Probes: what this machine has, read from NVML, nvidia-smi, nvcc, headers, /proc and child imports.
+
+Each probe returns facts (doctor/facts.py) and never raises for "not there": a missing driver,
+tool or framework is a fact with the reason. The outside world is injected (``run``, ``environ``,
+``proc_root``, the NVML module), so tests replay recorded answers. Every command runs with a timeout.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import fields
+from datetime import UTC, datetime
+from functools import cache, partial
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from gpufly.doctor import framework_probe
+from gpufly.doctor.facts import DriverFact, EnvFact, Facts, FrameworkFact, GpuFact, ProcessFact, ToolkitFact
+from gpufly.monitor.backends.nvml import Nvml
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
+FindSpec = Callable[[str], object]
+
+TOOL_TIMEOUT_S = 5.0
+FRAMEWORK_TIMEOUT_S = 20.0
+FRAMEWORKS = ("torch", "tensorflow", "jax")
+SYSTEM_INCLUDE_DIRS = (Path("/usr/include"), Path("/usr/local/cuda/include"))
+SMI_GPU_FIELDS = ("index", "uuid", "name", "driver_version", "compute_cap", "memory.total", "memory.free",
+                  "pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current", "pcie.link.width.max",
+                  "mig.mode.current", "persistence_mode")
+SMI_OPTIONAL_FIELDS = ("compute_cap",)
+"""Drivers before about R510 reject these ("is not a valid field to query"); the query is retried without."""
+SMI_APP_FIELDS = ("gpu_uuid", "pid", "process_name", "used_memory")
+SMI_MESSAGES = (
+    ("couldn't communicate with the NVIDIA driver", "NVIDIA driver not loaded"),
+    ("Driver/library version mismatch", "driver/library version mismatch (driver upgraded without a reboot?)"),
+    ("No devices were found", "no NVIDIA GPU found"),
+)
+"""What nvidia-smi prints when it has no GPU to talk to, and the reason gpufly gives for it."""
+CONTAINER_CGROUP_WORDS = ("docker", "kubepods", "containerd", "libpod")
+_NOT_AVAILABLE = {"", "N/A", "[N/A]", "Not Supported", "[Not Supported]", "[Unknown Error]"}
+_MIB = 1024 * 1024
+_ENABLED = 1
+"""NVML_FEATURE_ENABLED and NVML_DEVICE_MIG_ENABLE."""
+
+
+class _ProbeFailed(Exception):
+    """Internal: a source gave no facts; the message is the reason a fact's error field shows."""
+
+
+def _first_line(text: str, containing: str = "") -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return next((line for line in lines if containing.lower() in line.lower()), "")
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _run_tool(run: Run, args: Sequence[str], env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a command with the tool timeout; _ProbeFailed when it cannot be started or hangs."""
+    tool = Path(args[0]).name
+    try:
+        return run(list(args), capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, check=False,
+                   env=None if env is None else dict(env))
+    except FileNotFoundError as exc:
+        raise _ProbeFailed(f"{tool} not on PATH") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise _ProbeFailed(f"{tool} did not answer within {TOOL_TIMEOUT_S:g} s") from exc
+    except (OSError, ValueError) as exc:
+        raise _ProbeFailed(f"{tool} could not be run ({exc})") from exc
+
+
+# NVML ------------------------------------------------------------------------------------------
+
+
+def _load_pynvml() -> ModuleType | None:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    return pynvml
+
+
+def _ask(session: Nvml, lib: ModuleType | None, name: str, *args: Any) -> Any:
+    """One NVML call by name through the choke point; None where this NVML lacks the function."""
+    fn = getattr(lib, name, None)
+    return session.query(fn, *args) if fn is not None else None
+
+
+def _nvml_processes(ask: Callable[..., Any], handle: Any) -> tuple[ProcessFact, ...]:
+    running = ask("nvmlDeviceGetComputeRunningProcesses", handle) or []
+    return tuple(ProcessFact(pid=int(p.pid), name=ask("nvmlSystemGetProcessName", p.pid),
+                             used_memory_bytes=getattr(p, "usedGpuMemory", None)) for p in running)
+
+
+def _nvml_gpu(session: Nvml, lib: ModuleType | None, index: int) -> GpuFact:
+    ask = partial(_ask, session, lib)
+    handle = ask("nvmlDeviceGetHandleByIndex", index)
+    if handle is None:
+        return GpuFact(index=index, name="unknown (GPU lost or inaccessible)")
+    memory = ask("nvmlDeviceGetMemoryInfo", handle)
+    capability = ask("nvmlDeviceGetCudaComputeCapability", handle)
+    mig = ask("nvmlDeviceGetMigMode", handle)
+    persistence = ask("nvmlDeviceGetPersistenceMode", handle)
+    return GpuFact(
+        index=index,
+        name=ask("nvmlDeviceGetName", handle) or "unknown",
+        compute_capability=f"{capability[0]}.{capability[1]}" if capability else None,
+        memory_total_bytes=int(memory.total) if memory is not None else None,
+        memory_free_bytes=int(memory.free) if memory is not None else None,
+        pcie_gen_current=ask("nvmlDeviceGetCurrPcieLinkGeneration", handle),
+        pcie_gen_max=ask("nvmlDeviceGetMaxPcieLinkGeneration", handle),
+        pcie_width_current=ask("nvmlDeviceGetCurrPcieLinkWidth", handle),
+        pcie_width_max=ask("nvmlDeviceGetMaxPcieLinkWidth", handle),
+        mig_mode=None if mig is None else mig[0] == _ENABLED,
+        persistence_mode=None if persistence is None else persistence == _ENABLED,
+        processes=_nvml_processes(ask, handle),
+    )
+
+
+def _probe_nvml(lib: ModuleType | None) -> tuple[DriverFact, list[GpuFact]]:
+    session = Nvml(lib)
+    status = session.open()
+    if not status.available:
+        raise _ProbeFailed(status.reason or "NVML could not be opened")
+    with session:
+        driver = DriverFact(found=True, version=session.driver_version(), cuda_version=session.cuda_driver_version(),
+                            source="nvml")
+        return driver, [_nvml_gpu(session, lib, index) for index in range(session.device_count())]
+
+
+# nvidia-smi ------------------------------------------------------------------------------------
+
+
+def _smi(run: Run, *args: str) -> str:
+    """nvidia-smi's stdout; _ProbeFailed with the reason when it failed or said it has no driver."""
+    done = _run_tool(run, ("nvidia-smi", *args))
+    text = f"{done.stdout or ''}\n{done.stderr or ''}"
+    for needle, reason in SMI_MESSAGES:
+        if needle.lower() in text.lower():
+            raise _ProbeFailed(f"{reason} (nvidia-smi: {_first_line(text, needle)})")
+    if done.returncode != 0:
+        raise _ProbeFailed(f"nvidia-smi failed (exit {done.returncode}): {_first_line(text) or 'no message'}")
+    return done.stdout or ""
+
+
+def _csv_rows(text: str, names: Sequence[str]) -> list[dict[str, str]]:
+    lines = [line for line in text.splitlines() if line.strip()]
+    try:
+        parsed = list(csv.reader(lines, skipinitialspace=True))
+    except csv.Error as exc:
+        raise _ProbeFailed(f"nvidia-smi gave output gpufly cannot read ({exc})") from exc
+    rows = []
+    for number, row in enumerate(parsed, start=1):
+        if len(row) != len(names):
+            raise _ProbeFailed(f"nvidia-smi gave output gpufly cannot read: line {number} has {len(row)} field(s), "
+                               f"expected {len(names)} ({', '.join(row)[:120]!r})")
+        rows.append({name: value.strip() for name, value in zip(names, row, strict=True)})
+    return rows
+
+
+def _text(row: Mapping[str, str], key: str) -> str | None:
+    value = row.get(key)
+    return None if value is None or value in _NOT_AVAILABLE else value
+
+
+def _number(row: Mapping[str, str], key: str, scale: int = 1) -> int | None:
+    value = _text(row, key)
+    if value is None:
+        return None
+    if not value.isdigit():
+        raise _ProbeFailed(f"nvidia-smi gave output gpufly cannot read: {key} is {value[:60]!r}, not a number")
+    return int(value) * scale
+
+
+def _switch(row: Mapping[str, str], key: str) -> bool | None:
+    return {"enabled": True, "disabled": False}.get((_text(row, key) or "").lower())
+
+
+def _capability(row: Mapping[str, str]) -> str | None:
+    value = _text(row, "compute_cap")
+    if value is not None and not re.fullmatch(r"\d+\.\d+", value):
+        raise _ProbeFailed(f"nvidia-smi gave output gpufly cannot read: compute_cap is {value[:60]!r}")
+    return value
+
+
+def _smi_gpu(row: Mapping[str, str], processes: Mapping[str, tuple[ProcessFact, ...]]) -> GpuFact:
+    index = _number(row, "index")
+    if index is None:
+        raise _ProbeFailed("nvidia-smi gave output gpufly cannot read: a GPU without an index")
+    return GpuFact(
+        index=index,
+        name=_text(row, "name") or "unknown",
+        compute_capability=_capability(row),
+        memory_total_bytes=_number(row, "memory.total", _MIB),
+        memory_free_bytes=_number(row, "memory.free", _MIB),
+        pcie_gen_current=_number(row, "pcie.link.gen.current"),
+        pcie_gen_max=_number(row, "pcie.link.gen.max"),
+        pcie_width_current=_number(row, "pcie.link.width.current"),
+        pcie_width_max=_number(row, "pcie.link.width.max"),
+        mig_mode=_switch(row, "mig.mode.current"),
+        persistence_mode=_switch(row, "persistence_mode"),
+        processes=processes.get(row.get("uuid", ""), ()),
+    )
+
+
+def _smi_query(run: Run, query: str, names: Sequence[str]) -> list[dict[str, str]]:
+    return _csv_rows(_smi(run, f"--query-{query}={','.join(names)}", "--format=csv,noheader,nounits"), names)
+
+
+def _smi_gpu_rows(run: Run) -> list[dict[str, str]]:
+    try:
+        return _smi_query(run, "gpu", SMI_GPU_FIELDS)
+    except _ProbeFailed as exc:
+        if not any(name in str(exc) for name in SMI_OPTIONAL_FIELDS):
+            raise
+    return _smi_query(run, "gpu", [name for name in SMI_GPU_FIELDS if name not in SMI_OPTIONAL_FIELDS])
+
+
+def _smi_processes(run: Run) -> dict[str, tuple[ProcessFact, ...]]:
+    """Compute processes by GPU UUID; none when nvidia-smi will not list them (they are a detail)."""
+    by_gpu: dict[str, tuple[ProcessFact, ...]] = {}
+    try:
+        for row in _smi_query(run, "compute-apps", SMI_APP_FIELDS):
+            pid = _number(row, "pid")
+            if pid is not None:
+                process = ProcessFact(pid, _text(row, "process_name"), _number(row, "used_memory", _MIB))
+                by_gpu[row["gpu_uuid"]] = (*by_gpu.get(row["gpu_uuid"], ()), process)
+    except _ProbeFailed:
+        return {}
+    return by_gpu
+
+
+def _smi_cuda_version(run: Run) -> str | None:
+    """The "CUDA Version: 12.4" in the plain nvidia-smi table's header."""
+    try:
+        match = re.search(r"CUDA Version:\s*(\d+\.\d+)", _smi(run))
+    except _ProbeFailed:
+        return None
+    return match.group(1) if match else None
+
+
+def _probe_smi(run: Run) -> tuple[DriverFact, list[GpuFact]]:
+    rows = _smi_gpu_rows(run)
+    if not rows:
+        raise _ProbeFailed("nvidia-smi listed no GPUs")
+    processes = _smi_processes(run)
+    gpus = [_smi_gpu(row, processes) for row in rows]
+    driver = DriverFact(found=True, version=_text(rows[0], "driver_version"), cuda_version=_smi_cuda_version(run),
+                        source="nvidia-smi")
+    return driver, gpus
+
+
+def probe_driver_and_gpus(nvml: ModuleType | None = None,
+                          run: Run = subprocess.run) -> tuple[DriverFact, list[GpuFact]]:
+    """The driver and its GPUs from NVML, else from nvidia-smi, else a DriverFact saying why neither answered.
+
+    Args:
+        nvml: the pynvml module, or a fake of it; None imports pynvml.
+        run: runs nvidia-smi (``subprocess.run`` or a fake with its signature).
+    """
+    try:
+        return _probe_nvml(nvml if nvml is not None else _load_pynvml())
+    except _ProbeFailed as exc:
+        nvml_reason = str(exc)
+    try:
+        return _probe_smi(run)
+    except _ProbeFailed as exc:
+        return DriverFact(found=False, error=f"{nvml_reason}; {exc}"), []
+
+
+# Toolkit ---------------------------------------------------------------------------------------
+
+
+def _nvcc_version(run: Run, environ: Mapping[str, str], homes: Sequence[Path]) -> str | None:
+    """The first nvcc that answers, in the order torch's extension builder looks: CUDA_HOME, PATH, /usr/local/cuda."""
+    candidates = dict.fromkeys([*(str(home / "bin" / "nvcc") for home in homes), "nvcc", "/usr/local/cuda/bin/nvcc"])
+    for nvcc in candidates:
+        try:
+            done = _run_tool(run, (nvcc, "--version"), env=environ)
+        except _ProbeFailed:
+            continue
+        match = re.search(r"release (\d+\.\d+)", done.stdout or "")
+        if done.returncode == 0 and match:
+            return match.group(1)
+    return None
+
+
+def _header_version(include_dirs: Iterable[Path], headers: Sequence[str], prefix: str, patch: str) -> str | None:
+    """'9.1.0' from ``#define CUDNN_MAJOR 9`` ... in the first header that has them."""
+    for directory in include_dirs:
+        for header in headers:
+            try:
+                text = (directory / header).read_text(errors="replace")
+            except OSError:
+                continue
+            parts = [re.search(rf"#define\s+{prefix}_{part}\s+(\d+)", text) for part in ("MAJOR", "MINOR", patch)]
+            numbers = [m.group(1) for m in parts if m]
+            if parts[0] and len(numbers) == len(parts):
+                return ".".join(numbers)
+    return None
+
+
+def probe_toolkit(run: Run = subprocess.run, environ: Mapping[str, str] = os.environ,
+                  system_include_dirs: Sequence[Path] = SYSTEM_INCLUDE_DIRS) -> ToolkitFact:
+    """The system CUDA toolkit (nvcc), cuDNN and NCCL headers; None for each one not found."""
+    homes = [Path(environ[name]) for name in ("CUDA_HOME", "CUDA_PATH") if environ.get(name)]
+    include_dirs = [*(home / "include" for home in homes), *system_include_dirs]
+    return ToolkitFact(
+        nvcc_version=_nvcc_version(run, environ, homes),
+        cudnn_version=_header_version(include_dirs, ("cudnn_version.h", "cudnn.h"), "CUDNN", "PATCHLEVEL"),
+        nccl_version=_header_version(include_dirs, ("nccl.h",), "NCCL", "PATCH"),
+    )
+
+
+# Environment -----------------------------------------------------------------------------------
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _platform(name: str) -> str:
+    if name.startswith("linux"):
+        return "linux"
+    return {"win32": "windows", "cygwin": "windows"}.get(name, name)
+
+
+def _in_container(environ: Mapping[str, str], proc_root: Path, root: Path) -> bool:
+    if (root / ".dockerenv").exists() or (root / "run" / ".containerenv").exists():
+        return True
+    cgroup = _read(proc_root / "1" / "cgroup")
+    return any(word in cgroup for word in CONTAINER_CGROUP_WORDS) or "KUBERNETES_SERVICE_HOST" in environ
+
+
+def probe_env(environ: Mapping[str, str] = os.environ, proc_root: Path = Path("/proc"),
+              platform_name: str | None = None, root: Path = Path("/")) -> EnvFact:
+    """Environment variables that steer CUDA, container and WSL markers, Python and the OS."""
+    return EnvFact(
+        cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"),
+        ld_library_path=environ.get("LD_LIBRARY_PATH"),
+        in_container=_in_container(environ, proc_root, root),
+        in_wsl="microsoft" in _read(proc_root / "version").lower() or "WSL_DISTRO_NAME" in environ,
+        python_version=platform.python_version(),
+        platform=_platform(platform_name or sys.platform),
+        machine=platform.machine() or None,
+    )
+
+
+# Frameworks ------------------------------------------------------------------------------------
+
+
+@cache
+def _probe_source() -> str:
+    return Path(framework_probe.__file__).read_text()
+
+
+def _findable(name: str, find_spec: FindSpec) -> bool:
+    try:
+        return find_spec(name) is not None
+    except (ImportError, ValueError):
+        return True
+
+
+def _exit_text(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"crashed with {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"crashed with signal {-returncode}"
+    return f"exited with code {f'0x{returncode:08X}' if returncode > 0xFFFF else returncode}"
+
+
+def _child_failure(name: str, done: subprocess.CompletedProcess[str]) -> str:
+    if done.returncode == 0:
+        what = f"the import probe for {name} printed no result (stdout began {_first_line(done.stdout or '')[:80]!r})"
+    else:
+        what = f"{_exit_text(done.returncode)} while importing {name}"
+    detail = _last_line(done.stderr or "")
+    return f"{what}: {detail[:300]}" if detail else what
+
+
+def _fact_from_json(name: str, text: str) -> FrameworkFact:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict):
+        return FrameworkFact(name, installed=True, import_error=f"the import probe for {name} printed a result "
+                             f"gpufly cannot read ({text[:80]!r})")
+    known = {f.name for f in fields(FrameworkFact)} - {"name", "installed"}
+    values = {key: value for key, value in data.items() if key in known}
+    if isinstance(values.get("arch_list"), list):
+        values["arch_list"] = tuple(values["arch_list"])
+    return FrameworkFact(name, installed=bool(data.get("installed", True)), **values)
+
+
+def _framework_fact(name: str, done: subprocess.CompletedProcess[str]) -> FrameworkFact:
+    marker = framework_probe.MARKER
+    line = next((line for line in reversed((done.stdout or "").splitlines()) if line.startswith(marker)), None)
+    if line is None:
+        return FrameworkFact(name, installed=True, import_error=_child_failure(name, done))
+    return _fact_from_json(name, line[len(marker):])
+
+
+def _probe_framework(name: str, run: Run, python: str, timeout: float, find_spec: FindSpec) -> FrameworkFact:
+    if python == sys.executable and not _findable(name, find_spec):
+        return FrameworkFact(name, installed=False)
+    try:
+        done = run([python, "-c", _probe_source(), name], capture_output=True, text=True, timeout=timeout,
+                   check=False)
+    except subprocess.TimeoutExpired:
+        return FrameworkFact(name, installed=True, timed_out=True,
+                             import_error=f"importing {name} did not finish within {timeout:g} s (hung)")
+    except OSError as exc:
+        return FrameworkFact(name, installed=False, import_error=f"could not start {python} ({exc})")
+    return _framework_fact(name, done)
+
+
+def probe_frameworks(run: Run = subprocess.run, python: str = sys.executable, timeout: float = FRAMEWORK_TIMEOUT_S,
+                     names: Sequence[str] = FRAMEWORKS,
+                     find_spec: FindSpec = importlib.util.find_spec) -> list[FrameworkFact]:
+    """Each framework as a child ``python`` that imported it saw it, all at once, each with a timeout.
+
+    A framework this interpreter cannot find is reported missing without starting a child (the check
+    is skipped when ``python`` is another interpreter). A crash, hang or import error is a fact.
+    """
+    with ThreadPoolExecutor(max_workers=max(len(names), 1)) as pool:
+        return list(pool.map(lambda name: _probe_framework(name, run, python, timeout, find_spec), names))
+
+
+# All -------------------------------------------------------------------------------------------
+
+
+_TORCH_VERSION_LINE = re.compile(r"^(__version__|cuda)\s*(?::[^=]*)?=\s*(?:'([^']*)'|\"([^\"]*)\"|None)", re.M)
+
+
+def _torch_from_files(find_spec: FindSpec) -> FrameworkFact:
+    """torch's version and CUDA from torch/version.py, without importing torch (seconds saved)."""
+    spec = find_spec("torch")
+    folder = Path(next(iter(spec.submodule_search_locations or []), "")) if spec else None
+    text = _read(folder / "version.py") if folder else ""
+    values = {m.group(1): m.group(2) or m.group(3) for m in _TORCH_VERSION_LINE.finditer(text)}
+    if "__version__" not in values:
+        return FrameworkFact("torch", installed=spec is not None, import_error=None if spec is None else
+                             "torch/version.py not readable")
+    return FrameworkFact("torch", installed=True, version=values["__version__"], distribution="torch",
+                         cuda_version=values.get("cuda"), gpu_available=False, device_count=0)
+
+
+def _from_metadata(name: str, distributions: Sequence[str]) -> FrameworkFact:
+    from importlib import metadata
+
+    for distribution in distributions:
+        try:
+            return FrameworkFact(name, installed=True, version=metadata.version(distribution),
+                                 distribution=distribution, gpu_available=False, device_count=0,
+                                 backend="cpu" if name == "jax" else None)
+        except metadata.PackageNotFoundError:
+            continue
+    return FrameworkFact(name, installed=False)
+
+
+def probe_frameworks_without_gpu(find_spec: FindSpec = importlib.util.find_spec) -> list[FrameworkFact]:
+    """Framework facts read from installed files, for a machine with no NVIDIA GPU: no GPU means
+    nothing to learn from an import (devices, arch lists), and importing torch takes seconds."""
+    facts = [_torch_from_files(find_spec) if _findable("torch", find_spec) else FrameworkFact("torch", False)]
+    facts.append(_from_metadata("tensorflow", ("tensorflow-gpu", "tensorflow", "tensorflow-cpu", "tf-nightly"))
+                 if _findable("tensorflow", find_spec) else FrameworkFact("tensorflow", False))
+    facts.append(_from_metadata("jax", ("jax",)) if _findable("jax", find_spec) else FrameworkFact("jax", False))
+    return facts
+
+
+def probe_all(nvml: ModuleType | None = None, run: Run = subprocess.run, environ: Mapping[str, str] = os.environ,
+              python: str = sys.executable, proc_root: Path = Path("/proc"), root: Path = Path("/")) -> Facts:
+    """Everything the doctor needs. With GPUs, each framework is imported in a child process while
+    the other probes run; without, its facts come from its installed files (no import)."""
+    collected_at = datetime.now(UTC).isoformat(timespec="seconds")
+    driver, gpus = probe_driver_and_gpus(nvml=nvml, run=run)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        frameworks = pool.submit(probe_frameworks, run=run, python=python) if gpus else None
+        toolkit = probe_toolkit(run=run, environ=environ)
+        env = probe_env(environ=environ, proc_root=proc_root, root=root)
+        found = frameworks.result() if frameworks else probe_frameworks_without_gpu()
+        return Facts(driver=driver, gpus=tuple(gpus), toolkit=toolkit, frameworks=tuple(found), env=env,
+                     collected_at=collected_at)

@@ -1,0 +1,461 @@
+"""Probes against recorded NVML, nvidia-smi, nvcc, header and /proc answers; and once against this machine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pynvml
+import pytest
+
+from gpufly.doctor import framework_probe
+from gpufly.doctor.facts import DriverFact, Facts, FrameworkFact
+from gpufly.doctor.probes import (
+    probe_all,
+    probe_driver_and_gpus,
+    probe_env,
+    probe_frameworks,
+    probe_toolkit,
+)
+from tests.fakes.pynvml_fake import FakePynvml
+
+PROBES = Path(__file__).parent.parent / "fixtures" / "doctor" / "probes"
+GIB = 1024**3
+MIB = 1024**2
+
+
+class DoctorFakePynvml(FakePynvml):
+    """The shared fake plus the calls the doctor makes: free memory, PCIe link, MIG, persistence, processes."""
+
+    def _field(self, handle: int, call: str, key: str) -> Any:
+        return self._device(handle, call)[key]
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> SimpleNamespace:
+        device = self._device(handle, "nvmlDeviceGetMemoryInfo")
+        total, free = device["memory_total"], device["memory_free"]
+        return SimpleNamespace(total=total, free=free, used=total - free)
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: int) -> int:
+        return self._field(handle, "nvmlDeviceGetCurrPcieLinkGeneration", "pcie")["gen_current"]
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: int) -> int:
+        return self._field(handle, "nvmlDeviceGetMaxPcieLinkGeneration", "pcie")["gen_max"]
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: int) -> int:
+        return self._field(handle, "nvmlDeviceGetCurrPcieLinkWidth", "pcie")["width_current"]
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: int) -> int:
+        return self._field(handle, "nvmlDeviceGetMaxPcieLinkWidth", "pcie")["width_max"]
+
+    def nvmlDeviceGetMigMode(self, handle: int) -> list[int]:
+        return self._field(handle, "nvmlDeviceGetMigMode", "mig_mode")
+
+    def nvmlDeviceGetPersistenceMode(self, handle: int) -> int:
+        return self._field(handle, "nvmlDeviceGetPersistenceMode", "persistence_mode")
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[SimpleNamespace]:
+        processes = self._field(handle, "nvmlDeviceGetComputeRunningProcesses", "processes")
+        return [SimpleNamespace(pid=p["pid"], usedGpuMemory=p["used_memory"]) for p in processes]
+
+    def nvmlSystemGetProcessName(self, pid: int) -> bytes:
+        for device in self._data["devices"]:
+            for process in device.get("processes", []):
+                if process["pid"] == pid:
+                    return process["name"].encode()
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+
+
+def no_nvml() -> FakePynvml:
+    return FakePynvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+
+class Replay:
+    """A fake ``subprocess.run`` answering from recorded outputs, keyed by the command's first two words.
+
+    An answer is (returncode, stdout), an exception to raise, or a list of those given in turn.
+    """
+
+    def __init__(self, answers: dict[str, Any]) -> None:
+        self.answers = answers
+        self.calls: list[tuple[list[str], dict[str, Any]]] = []
+
+    def __call__(self, args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        self.calls.append((args, kwargs))
+        key = " ".join(args[:2]).split("=")[0]
+        answer = self.answers.get(key, self.answers.get(args[0], FileNotFoundError(args[0])))
+        if isinstance(answer, list):
+            answer = answer.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        code, stdout = answer
+        return subprocess.CompletedProcess(args, code, stdout, "")
+
+
+def smi(name: str, gpu_fixture: str | None = None) -> Replay:
+    """nvidia-smi as recorded on one machine: fixtures smi_NAME_{query_gpu.csv,compute_apps.csv,header.txt}."""
+    def text(suffix: str) -> str:
+        return (PROBES / f"smi_{name}_{suffix}").read_text()
+
+    return Replay({
+        "nvidia-smi --query-gpu": (0, text("query_gpu.csv") if gpu_fixture is None else gpu_fixture),
+        "nvidia-smi --query-compute-apps": (0, text("compute_apps.csv")),
+        "nvidia-smi": (0, text("header.txt")),
+    })
+
+
+# Driver and GPUs through NVML -------------------------------------------------------------------
+
+
+def test_nvml_gives_driver_gpus_links_and_processes() -> None:
+    driver, gpus = probe_driver_and_gpus(DoctorFakePynvml.from_fixture("doctor/probes/nvml_two_gpus_degraded.json"),
+                                         run=Replay({}))
+    assert driver == DriverFact(found=True, version="550.54.15", cuda_version="12.4", source="nvml")
+    a6000, a100 = gpus
+    assert (a6000.name, a6000.compute_capability, a6000.memory_total_bytes) == ("NVIDIA RTX A6000", "8.6", 51527024640)
+    assert a6000.memory_free_bytes == 38325026816
+    assert (a6000.mig_mode, a6000.persistence_mode) == (None, True)
+    assert [(p.pid, p.name, p.used_memory_bytes) for p in a6000.processes] == [(48213, "/usr/bin/python3", 13153337344)]
+    assert (a100.pcie_gen_current, a100.pcie_gen_max, a100.pcie_width_current, a100.pcie_width_max) == (3, 4, 8, 16)
+    assert (a100.mig_mode, a100.persistence_mode, a100.processes) == (False, False, ())
+
+
+def test_nvml_lost_gpu_and_unsupported_fields_are_none() -> None:
+    _, gpus = probe_driver_and_gpus(FakePynvml.from_fixture("nvml_two_gpus.json", lost=(1,)), run=Replay({}))
+    h100, lost = gpus
+    assert (h100.name, h100.compute_capability, h100.memory_total_bytes) == ("NVIDIA H100 80GB HBM3", "9.0",
+                                                                              85520809984)
+    assert h100.pcie_gen_current is None and h100.processes == ()
+    assert "lost" in lost.name and lost.memory_total_bytes is None
+
+
+def test_nvml_answers_first_so_nvidia_smi_is_not_run() -> None:
+    run = smi("rtx4090")
+    probe_driver_and_gpus(DoctorFakePynvml.from_fixture("doctor/probes/nvml_two_gpus_degraded.json"), run=run)
+    assert run.calls == []
+
+
+# Driver and GPUs through nvidia-smi ---------------------------------------------------------------
+
+
+def test_rtx4090_from_nvidia_smi() -> None:
+    driver, gpus = probe_driver_and_gpus(no_nvml(), run=smi("rtx4090"))
+    assert driver == DriverFact(found=True, version="550.54.14", cuda_version="12.4", source="nvidia-smi")
+    (gpu,) = gpus
+    assert (gpu.index, gpu.name, gpu.compute_capability) == (0, "NVIDIA GeForce RTX 4090", "8.9")
+    assert (gpu.memory_total_bytes, gpu.memory_free_bytes) == (24564 * MIB, 23713 * MIB)
+    assert (gpu.pcie_gen_current, gpu.pcie_gen_max, gpu.pcie_width_current, gpu.pcie_width_max) == (1, 4, 16, 16)
+    assert (gpu.mig_mode, gpu.persistence_mode, gpu.processes) == (None, False, ())
+
+
+def test_dual_a100_from_nvidia_smi_with_a_process() -> None:
+    driver, gpus = probe_driver_and_gpus(no_nvml(), run=smi("dual_a100"))
+    assert (driver.version, driver.cuda_version) == ("535.154.05", "12.2")
+    assert [g.name for g in gpus] == ["NVIDIA A100-SXM4-80GB"] * 2
+    assert [(g.mig_mode, g.persistence_mode, g.memory_total_bytes) for g in gpus] == [(False, True, 80 * GIB)] * 2
+    assert gpus[0].processes == ()
+    assert [(p.pid, p.name, p.used_memory_bytes) for p in gpus[1].processes] == [(30517, "/opt/conda/bin/python",
+                                                                                  17944 * MIB)]
+
+
+def test_old_driver_without_compute_cap_is_queried_again_without_it() -> None:
+    run = Replay({
+        "nvidia-smi --query-gpu": [(2, (PROBES / "smi_r470_invalid_field.txt").read_text()),
+                                   (0, (PROBES / "smi_gtx1080ti_r470_query_gpu.csv").read_text())],
+        "nvidia-smi --query-compute-apps": (0, ""),
+        "nvidia-smi": (0, (PROBES / "smi_r470_header.txt").read_text()),
+    })
+    driver, gpus = probe_driver_and_gpus(no_nvml(), run=run)
+    assert (driver.found, driver.version, driver.cuda_version) == (True, "470.182.03", "11.4")
+    assert (gpus[0].name, gpus[0].compute_capability, gpus[0].pcie_gen_max) == ("NVIDIA GeForce GTX 1080 Ti", None, 3)
+    queries = [args[1] for args, _ in run.calls if args[1:2] and args[1].startswith("--query-gpu=")]
+    assert "compute_cap" in queries[0] and "compute_cap" not in queries[1]
+
+
+def test_every_command_has_a_timeout() -> None:
+    run = smi("dual_a100")
+    probe_driver_and_gpus(no_nvml(), run=run)
+    probe_toolkit(run=run, environ={}, system_include_dirs=())
+    assert len(run.calls) >= 4
+    assert all(kwargs["timeout"] == 5.0 for _, kwargs in run.calls)
+
+
+def test_no_nvml_and_no_nvidia_smi_says_both() -> None:
+    driver, gpus = probe_driver_and_gpus(no_nvml(), run=Replay({}))
+    assert gpus == [] and not driver.found
+    assert driver.error == "NVML library not found (no NVIDIA driver installed); nvidia-smi not on PATH"
+
+
+def test_driver_not_loaded_is_named() -> None:
+    nvml = FakePynvml(init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+    driver, _ = probe_driver_and_gpus(nvml, run=Replay({"nvidia-smi": (9, (PROBES / "smi_driver_not_loaded.txt")
+                                                                       .read_text())}))
+    assert not driver.found and "not loaded" in driver.error and "couldn't communicate" in driver.error
+
+
+GARBLED = {
+    "too few columns": ((0, "0, NVIDIA GeForce RTX 4090, 550.54.14\n"), "line 1 has 3 field(s), expected 13"),
+    "too many columns": ((0, (PROBES / "smi_rtx4090_query_gpu.csv").read_text().strip() + ", 42\n"),
+                         "line 1 has 14 field(s)"),
+    "not a number": ((0, "0, GPU-1, NVIDIA A100, 535.154.05, 8.0, lots, 100, 4, 4, 16, 16, Disabled, Enabled\n"),
+                     "memory.total is 'lots', not a number"),
+    "not a capability": ((0, "0, GPU-1, NVIDIA A100, 535.154.05, eight, 81920, 100, 4, 4, 16, 16, Disabled, On\n"),
+                         "compute_cap is 'eight'"),
+    "driver message with exit 0": ((0, (PROBES / "smi_driver_not_loaded.txt").read_text()), "NVIDIA driver not loaded"),
+    "version mismatch": ((18, (PROBES / "smi_version_mismatch.txt").read_text()), "driver/library version mismatch"),
+    "unknown failure": ((255, "Unable to determine the device handle for GPU0000:01:00.0: Unknown Error\n"),
+                        "nvidia-smi failed (exit 255): Unable to determine the device handle"),
+    "empty output": ((0, ""), "nvidia-smi listed no GPUs"),
+    "binary noise": ((0, "\x00\x7fELF\x02\x01\x01\n"), "cannot read: line 1 has 1 field(s)"),
+    "hang": (subprocess.TimeoutExpired(["nvidia-smi"], 5.0), "nvidia-smi did not answer within 5 s"),
+    "not executable": (PermissionError(13, "Permission denied"), "nvidia-smi could not be run"),
+}
+
+
+@pytest.mark.parametrize(("answer", "expected"), GARBLED.values(), ids=GARBLED.keys())
+def test_garbled_nvidia_smi_is_an_error_fact(answer: tuple[int, str] | BaseException, expected: str) -> None:
+    driver, gpus = probe_driver_and_gpus(no_nvml(), run=Replay({"nvidia-smi --query-gpu": answer,
+                                                               "nvidia-smi": (0, "")}))
+    assert (driver.found, gpus) == (False, [])
+    assert driver.error.startswith("NVML library not found")
+    assert expected in driver.error
+
+
+def test_processes_or_header_that_fail_leave_the_gpus() -> None:
+    run = Replay({"nvidia-smi --query-gpu": (0, (PROBES / "smi_dual_a100_query_gpu.csv").read_text()),
+                  "nvidia-smi --query-compute-apps": (0, "GPU-x, twelve, python, 10\n"),
+                  "nvidia-smi": (0, "no table here\n")})
+    driver, gpus = probe_driver_and_gpus(no_nvml(), run=run)
+    assert (driver.found, driver.cuda_version, len(gpus), gpus[1].processes) == (True, None, 2, ())
+
+
+# Toolkit --------------------------------------------------------------------------------------
+
+
+def include_dir(tmp_path: Path, headers: dict[str, str]) -> Path:
+    """A CUDA_HOME-like tree whose include/ holds fixture headers under their installed names."""
+    (tmp_path / "include").mkdir(parents=True, exist_ok=True)
+    for target, fixture in headers.items():
+        (tmp_path / "include" / target).write_text((PROBES / fixture).read_text())
+    return tmp_path
+
+
+def test_nvcc_release_is_read() -> None:
+    run = Replay({"nvcc --version": (0, (PROBES / "nvcc_12_4.txt").read_text())})
+    assert probe_toolkit(run=run, environ={}, system_include_dirs=()).nvcc_version == "12.4"
+
+
+def test_nvcc_under_cuda_home_comes_first(tmp_path: Path) -> None:
+    home_nvcc = str(tmp_path / "bin" / "nvcc")
+    run = Replay({f"{home_nvcc} --version": (0, (PROBES / "nvcc_11_8.txt").read_text()),
+                  "nvcc --version": (0, (PROBES / "nvcc_12_4.txt").read_text())})
+    fact = probe_toolkit(run=run, environ={"CUDA_HOME": str(tmp_path), "PATH": "/usr/bin"}, system_include_dirs=())
+    assert fact.nvcc_version == "11.8"
+    assert run.calls[0][1]["env"]["CUDA_HOME"] == str(tmp_path)
+
+
+def test_nvcc_missing_or_garbled_is_none() -> None:
+    run = Replay({"nvcc --version": (0, "nvcc: command wrapper\n"), "/usr/local/cuda/bin/nvcc": (1, "")})
+    assert probe_toolkit(run=run, environ={}, system_include_dirs=()).nvcc_version is None
+    assert probe_toolkit(run=Replay({}), environ={}, system_include_dirs=()).nvcc_version is None
+
+
+def test_cudnn_and_nccl_from_headers(tmp_path: Path) -> None:
+    home = include_dir(tmp_path, {"cudnn_version.h": "cudnn_version_9.h", "nccl.h": "nccl_2_21.h"})
+    fact = probe_toolkit(run=Replay({}), environ={"CUDA_HOME": str(home)}, system_include_dirs=())
+    assert (fact.cudnn_version, fact.nccl_version) == ("9.1.0", "2.21.5")
+
+
+def test_old_cudnn_h_in_a_system_dir(tmp_path: Path) -> None:
+    system = include_dir(tmp_path, {"cudnn.h": "cudnn_7.h"}) / "include"
+    fact = probe_toolkit(run=Replay({}), environ={"CUDA_PATH": str(tmp_path / "none")}, system_include_dirs=(system,))
+    assert (fact.cudnn_version, fact.nccl_version) == ("7.6.5", None)
+
+
+def test_header_without_versions_is_skipped(tmp_path: Path) -> None:
+    first = tmp_path / "a" / "include"
+    first.mkdir(parents=True)
+    (first / "cudnn.h").write_text('#include "cudnn_version.h"\n#define CUDNN_MAJOR garbage\n')
+    second = include_dir(tmp_path / "b", {"cudnn_version.h": "cudnn_version_9.h"}) / "include"
+    assert probe_toolkit(run=Replay({}), environ={}, system_include_dirs=(first, second)).cudnn_version == "9.1.0"
+
+
+# Environment ----------------------------------------------------------------------------------
+
+
+def fake_root(tmp_path: Path, cgroup: str = "0::/\n", version: str = "Linux version 6.8.0-45-generic\n",
+              markers: tuple[str, ...] = ()) -> tuple[Path, Path]:
+    """A filesystem root and its /proc with just the files probe_env reads."""
+    root, proc = tmp_path / "root", tmp_path / "proc"
+    (proc / "1").mkdir(parents=True)
+    (proc / "1" / "cgroup").write_text(cgroup)
+    (proc / "version").write_text(version)
+    for marker in markers:
+        (root / marker).parent.mkdir(parents=True, exist_ok=True)
+        (root / marker).write_text("")
+    return root, proc
+
+
+def test_plain_linux_host(tmp_path: Path) -> None:
+    root, proc = fake_root(tmp_path)
+    env = probe_env(environ={"CUDA_VISIBLE_DEVICES": "0,1", "LD_LIBRARY_PATH": "/usr/local/cuda/lib64"},
+                    proc_root=proc, platform_name="linux", root=root)
+    assert (env.cuda_visible_devices, env.ld_library_path) == ("0,1", "/usr/local/cuda/lib64")
+    assert (env.in_container, env.in_wsl, env.platform) == (False, False, "linux")
+    assert env.python_version == ".".join(map(str, sys.version_info[:3]))
+    assert env.machine
+
+
+def test_empty_cuda_visible_devices_is_kept_apart_from_unset(tmp_path: Path) -> None:
+    root, proc = fake_root(tmp_path)
+    assert probe_env(environ={"CUDA_VISIBLE_DEVICES": ""}, proc_root=proc, root=root).cuda_visible_devices == ""
+    assert probe_env(environ={}, proc_root=proc, root=root).cuda_visible_devices is None
+
+
+CONTAINERS = {
+    "dockerenv": {"markers": (".dockerenv",)},
+    "podman": {"markers": ("run/.containerenv",)},
+    "docker cgroup v1": {"cgroup": "12:memory:/docker/4f1b2c9e0d7a\n0::/\n"},
+    "kubernetes": {"cgroup": "0::/kubepods/burstable/pod1c2d3e4f/7a8b9c\n"},
+    "containerd": {"cgroup": "0::/system.slice/containerd.service/kubepods-besteffort.slice\n"},
+}
+
+
+@pytest.mark.parametrize("setup", CONTAINERS.values(), ids=CONTAINERS.keys())
+def test_container_markers(tmp_path: Path, setup: dict[str, Any]) -> None:
+    root, proc = fake_root(tmp_path, **setup)
+    assert probe_env(environ={}, proc_root=proc, root=root).in_container
+
+
+def test_wsl_from_proc_version_or_environment(tmp_path: Path) -> None:
+    root, proc = fake_root(tmp_path, version="Linux version 5.15.153.1-microsoft-standard-WSL2 (root@941d701f84f1)\n")
+    assert probe_env(environ={}, proc_root=proc, root=root).in_wsl
+    assert probe_env(environ={"WSL_DISTRO_NAME": "Ubuntu"}, proc_root=tmp_path / "none", root=root).in_wsl
+
+
+@pytest.mark.parametrize(("name", "expected"), [("linux", "linux"), ("win32", "windows"), ("darwin", "darwin")])
+def test_platform_names(tmp_path: Path, name: str, expected: str) -> None:
+    assert probe_env(environ={}, proc_root=tmp_path, platform_name=name, root=tmp_path).platform == expected
+
+
+# Frameworks -----------------------------------------------------------------------------------
+
+
+def child(stdout: str = "", code: int = 0, stderr: str = "") -> Any:
+    """A fake run answering every framework probe the same way."""
+    def run(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        assert args[1] == "-c" and args[3] in ("torch", "tensorflow", "jax") and kwargs["timeout"] == 20.0
+        return subprocess.CompletedProcess(args, code, stdout, stderr)
+    return run
+
+
+def everything_found(name: str) -> object:
+    return object()
+
+
+def one(run: Any, name: str = "torch") -> FrameworkFact:
+    (fact,) = probe_frameworks(run=run, names=(name,), find_spec=everything_found)
+    return fact
+
+
+def test_result_line_after_noise_is_read() -> None:
+    result = {"name": "torch", "installed": True, "version": "2.5.1+cu124", "cuda_version": "12.4",
+              "cudnn_version": "9.1.0", "gpu_available": True, "device_count": 2, "arch_list": ["sm_80", "sm_90"],
+              "distribution": "torch", "something_new": 1}
+    fact = one(child("warming up\n" + framework_probe.MARKER + json.dumps(result) + "\n"))
+    assert fact == FrameworkFact("torch", installed=True, version="2.5.1+cu124", distribution="torch",
+                                 cuda_version="12.4", cudnn_version="9.1.0", gpu_available=True, device_count=2,
+                                 arch_list=("sm_80", "sm_90"))
+
+
+def test_hang_is_a_timeout_fact() -> None:
+    def hang(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        raise subprocess.TimeoutExpired(args, kwargs["timeout"])
+    fact = one(hang, "tensorflow")
+    assert (fact.installed, fact.timed_out) == (True, True)
+    assert fact.import_error == "importing tensorflow did not finish within 20 s (hung)"
+
+
+def test_segfault_is_a_crash_fact() -> None:
+    fact = one(child(code=-11, stderr="Fatal Python error: Segmentation fault\n"), "jax")
+    assert (fact.installed, fact.timed_out) == (True, False)
+    assert fact.import_error == "crashed with SIGSEGV while importing jax: Fatal Python error: Segmentation fault"
+
+
+def test_import_error_exit_shows_the_last_stderr_line() -> None:
+    stderr = "Traceback (most recent call last):\n  ...\nImportError: libcudnn.so.8: cannot open shared object file\n"
+    fact = one(child(code=1, stderr=stderr))
+    assert fact.import_error == ("exited with code 1 while importing torch: "
+                                 "ImportError: libcudnn.so.8: cannot open shared object file")
+
+
+def test_windows_crash_code_is_hex() -> None:
+    assert "exited with code 0xC0000005" in one(child(code=3221225477)).import_error
+
+
+@pytest.mark.parametrize("stdout", ["garbage\n", "", framework_probe.MARKER + "{not json\n",
+                                    framework_probe.MARKER + "[1, 2]\n"])
+def test_garbage_stdout_is_an_error_fact(stdout: str) -> None:
+    fact = one(child(stdout))
+    assert fact.installed and fact.version is None
+    assert fact.import_error.startswith("the import probe for torch printed")
+
+
+def test_unfindable_framework_starts_no_child() -> None:
+    def never(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        raise AssertionError("no child should start")
+    facts = probe_frameworks(run=never, find_spec=lambda name: None)
+    assert facts == [FrameworkFact(name, installed=False) for name in ("torch", "tensorflow", "jax")]
+
+
+def test_python_that_cannot_start() -> None:
+    (fact,) = probe_frameworks(python="/nowhere/python", names=("torch",))
+    assert not fact.installed and "could not start /nowhere/python" in fact.import_error
+
+
+def test_child_reports_a_missing_framework_as_not_installed() -> None:
+    (fact,) = probe_frameworks(names=("tensorflow",), find_spec=everything_found)
+    assert fact == FrameworkFact("tensorflow", installed=False)
+
+
+def test_framework_probe_usage_and_cudnn_numbers(capsys: pytest.CaptureFixture[str]) -> None:
+    assert framework_probe.main(["numpy"]) == 2
+    assert "usage: framework_probe {torch,tensorflow,jax}" in capsys.readouterr().err
+    assert [framework_probe._cudnn_text(v) for v in (90100, 8902, 7605, None)] == ["9.1.0", "8.9.2", "7.6.5", None]
+
+
+# This machine ---------------------------------------------------------------------------------
+
+
+def test_real_frameworks_on_this_machine() -> None:
+    torch, tensorflow, jax = probe_frameworks()
+    assert (torch.installed, torch.import_error, torch.distribution) == (True, None, "torch")
+    assert (torch.cuda_version, torch.gpu_available, torch.device_count, torch.arch_list) == (None, False, 0, ())
+    assert torch.version and torch.version.startswith("2.")
+    assert tensorflow == FrameworkFact("tensorflow", installed=False)
+    assert jax == FrameworkFact("jax", installed=False)
+
+
+def test_probing_frameworks_does_not_import_them_here() -> None:
+    code = ("import sys; from gpufly.doctor.probes import probe_frameworks; probe_frameworks(); "
+            "print(sorted(m for m in ('torch', 'tensorflow', 'jax') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_real_probe_all_on_this_machine() -> None:
+    start = time.perf_counter()
+    facts = probe_all()
+    elapsed = time.perf_counter() - start
+    print(f"probe_all took {elapsed:.2f} s")
+    assert isinstance(facts, Facts)
+    assert not facts.driver.found and facts.driver.error
+    assert facts.gpus == ()
+    assert facts.framework("torch") is not None
+    assert facts.collected_at and facts.collected_at.endswith("+00:00")
+    assert facts.env.platform == "linux"
+    assert json.loads(json.dumps(facts.to_dict()))["schema_version"] == 1
