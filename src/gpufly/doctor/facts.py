@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gpufly.errors import GpuflyError
+from gpufly.jsonfile import read_json
 
 SCHEMA_VERSION = 1
 T = TypeVar("T")
@@ -162,13 +163,5 @@ def facts_from_dict(data: Any, where: str = "facts") -> Facts:
 
 def load_facts(path: Path) -> Facts:
     """Read a saved facts file; a broken or foreign file is a GpuflyError naming the problem."""
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise GpuflyError(f"no such facts file: {path}", hint="write one with `gpufly doctor --save FILE`") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise GpuflyError(f"cannot read {path}: {exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise GpuflyError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})",
-                          hint="write the facts again with `gpufly doctor --save FILE`") from exc
+    data = read_json(path, missing=f"no such facts file: {path}", hint="write one with `gpufly doctor --save FILE`")
     return facts_from_dict(data, where=str(path))

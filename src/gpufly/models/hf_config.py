@@ -9,12 +9,12 @@ architecture it knows.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpufly.errors import GpuflyError
+from gpufly.jsonfile import read_json
 from gpufly.models.spec import Attention, ModelSpec, MoE
 
 LLAMA_STYLE = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "gemma",
@@ -45,15 +45,8 @@ class Config:
 def load_config_file(path: Path) -> dict[str, Any]:
     """The parsed config.json at ``path`` (a file, or a folder holding one)."""
     target = path / "config.json" if path.is_dir() else path
-    try:
-        data = json.loads(target.read_text())
-    except FileNotFoundError as exc:
-        raise GpuflyError(f"no config.json at {target}", hint="give a config.json or a folder holding one") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise GpuflyError(f"cannot read {target}: {exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise GpuflyError(f"{target} is not valid JSON (line {exc.lineno}: {exc.msg})",
-                          hint="check the file is a Hugging Face config.json") from exc
+    data = read_json(target, missing=f"no config.json at {target}",
+                     hint="give a Hugging Face config.json or a folder holding one")
     if not isinstance(data, dict):
         raise GpuflyError(f"{target} is not a config.json object")
     return data
