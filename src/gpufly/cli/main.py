@@ -9,7 +9,7 @@ import typer
 from typer._click.exceptions import ClickException
 
 from gpufly import __version__
-from gpufly.cli import advise, doctor, gpus, report
+from gpufly.cli import advise, bench, doctor, gpus, report
 from gpufly.cli.render import error_console
 from gpufly.errors import GpuflyError
 
@@ -28,6 +28,7 @@ app.command(name="recommend")(advise.recommend)
 app.command(name="models")(advise.models)
 app.command(name="doctor")(doctor.doctor)
 app.command(name="install")(doctor.install)
+app.command(name="bench")(bench.bench)
 
 
 def _show_version(value: bool) -> None:

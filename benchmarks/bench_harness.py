@@ -1,0 +1,65 @@
+"""Does the bench harness measure? Its CPU GEMM figure beside torch.matmul timed independently.
+
+    python benchmarks/bench_harness.py [--sizes 256,512,1024,2048] [--rounds 3] [--dtype fp32]
+
+For each size, rounds alternate the two timings (so load from a neighbour falls on both):
+  harness:  gpufly.bench's kernel (torch.mm into a preallocated output) timed by measure():
+            warm-up, then the median of repeated samples;
+  torch:    torch.matmul on fresh random inputs, each call timed alone with perf_counter; median.
+The table prints the median of each over the rounds and their ratio. No target is asserted here;
+tests/bench/test_measures.py holds the must-hold check (within 30%).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+from gpufly.bench import kernels, measure
+from gpufly.bench.work import gemm_flops
+from gpufly.monitor.backends.host import cpu_model
+
+
+def independent(torch: Any, n: int, dtype: Any, calls: int) -> float:
+    """torch.matmul's median rate in FLOP/s, each call timed alone."""
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    torch.matmul(a, b)
+    rates = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        torch.matmul(a, b)
+        rates.append(gemm_flops(n, n, n) / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="256,512,1024,2048")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
+    args = parser.parse_args()
+
+    import torch
+
+    dtype = getattr(torch, kernels.FLOAT_DTYPES[args.dtype])
+    print(f"CPU GEMM {args.dtype}: {cpu_model()}, {torch.get_num_threads()} threads, "
+          f"torch {torch.__version__}; {args.rounds} rounds of {args.repeats} timed calls each")
+    print(f"{'n':>6} {'harness GFLOP/s':>16} {'torch.matmul GFLOP/s':>21} {'ratio':>7} {'spread':>7}")
+    for n in (int(size) for size in args.sizes.split(",")):
+        kernel = kernels.gemm(torch, torch.device("cpu"), args.dtype, n, n, n)
+        ours, theirs, spreads = [], [], []
+        for _ in range(args.rounds):
+            timing = measure(kernel.fn, warmup=2, repeats=args.repeats)
+            ours.append(kernel.work / timing.median_s)
+            spreads.append(timing.spread)
+            theirs.append(independent(torch, n, dtype, args.repeats))
+        harness, reference = statistics.median(ours), statistics.median(theirs)
+        print(f"{n:>6} {harness / 1e9:>16.1f} {reference / 1e9:>21.1f} {harness / reference:>7.2f} "
+              f"{statistics.median(spreads):>6.0%}")
+
+
+if __name__ == "__main__":
+    main()

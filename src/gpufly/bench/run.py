@@ -1,0 +1,194 @@
+"""Run a plan of benchmarks on one device: each failure becomes a recorded error, and with a save path
+the results are written as they come, so an interrupted run keeps what it measured."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from gpufly.bench.benchmark import Benchmark, Kernel, Unsupported
+from gpufly.bench.peaks import peak_for, percent_of_peak
+from gpufly.bench.results import BenchError, BenchResult, BenchRun, DeviceFacts
+from gpufly.bench.timing import Timing
+from gpufly.catalog import GpuSpec
+from gpufly.errors import GpuflyError, unknown_choice
+
+GROUPS = ("gemm", "llm", "memory", "transfer", "launch", "attention", "threads")
+"""Every benchmark group, on some device; a device runs those in its own ``groups``."""
+
+WORK_FIELDS = {"flops_per_s": "flop_per_call", "ops_per_s": "op_per_call", "bytes_per_s": "bytes_per_call"}
+
+
+class Device(Protocol):
+    """What the runner needs from a device (bench/cpu.py, bench/cuda.py, or a fake in tests)."""
+
+    kind: str
+    label: str
+    groups: tuple[str, ...]
+    spec: GpuSpec | None
+
+    def facts(self) -> DeviceFacts: ...
+    def plan(self, quick: bool = False) -> list[Benchmark]: ...
+    def time(self, benchmark: Benchmark, kernel: Kernel) -> Timing: ...
+    def conditions(self) -> dict[str, Any]: ...
+    def recover(self) -> None: ...
+    def environment(self) -> dict[str, str]: ...
+
+
+def parse_device(name: str | None, *, cuda_count: int) -> tuple[str, int]:
+    """("cpu", 0) or ("cuda", index) from --device; no name means the first GPU when there is one.
+
+    >>> parse_device("cuda:1", cuda_count=2)
+    ('cuda', 1)
+    >>> parse_device(None, cuda_count=0)
+    ('cpu', 0)
+    """
+    if name is None:
+        return ("cuda", 0) if cuda_count else ("cpu", 0)
+    text = name.strip().lower()
+    if text == "cpu":
+        return "cpu", 0
+    found = re.fullmatch(r"(?:cuda|gpu)(?::(\d+))?", text)
+    if not found:
+        raise unknown_choice("device", name, ["cpu", *(f"cuda:{i}" for i in range(max(cuda_count, 1)))])
+    index = int(found.group(1) or 0)
+    if not cuda_count:
+        raise GpuflyError(f"--device {name}: PyTorch sees no CUDA GPU here",
+                          hint="use --device cpu, or install a CUDA build of PyTorch (gpufly install torch)")
+    if index >= cuda_count:
+        raise GpuflyError(f"--device {name}: there is no GPU {index}; PyTorch sees {cuda_count}",
+                          hint=f"one of: {', '.join(f'cuda:{i}' for i in range(cuda_count))}")
+    return "cuda", index
+
+
+def open_device(name: str | None) -> Device:
+    """The CPU or CUDA device that --device names."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise GpuflyError("gpufly bench measures through PyTorch, which is not installed",
+                          hint="pip install 'gpufly[torch]'") from exc
+    kind, index = parse_device(name, cuda_count=torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    if kind == "cpu":
+        from gpufly.bench.cpu import CpuDevice
+
+        return CpuDevice()
+    from gpufly.bench.cuda import CudaDevice
+
+    return CudaDevice(index)
+
+
+def parse_only(only: str | None) -> list[str]:
+    """The group or benchmark names in --only ("gemm,memory", "gemm.bf16"); unknown groups are an error."""
+    if only is None:
+        return []
+    names = [part.strip().lower() for part in only.split(",") if part.strip()]
+    if not names:
+        raise GpuflyError("--only names nothing", hint=f"groups: {', '.join(GROUPS)}")
+    for name in names:
+        if name.split(".")[0] not in GROUPS:
+            raise unknown_choice("benchmark group", name, GROUPS)
+    return names
+
+
+def select(plan: Sequence[Benchmark], device_groups: Sequence[str], only: Sequence[str]) -> tuple[
+        list[Benchmark], list[BenchError]]:
+    """The benchmarks --only asks for, and an error entry for each name this device cannot run."""
+    if not only:
+        return list(plan), []
+    chosen = [b for b in plan if any(b.group == n or b.name == n or b.name.startswith(n + ".") for n in only)]
+    missing = []
+    for name in only:
+        if any(b.group == name or b.name == name or b.name.startswith(name + ".") for b in chosen):
+            continue
+        group = name.split(".")[0]
+        why = (f"no '{name}' benchmark here" if group in device_groups
+               else f"the {group} benchmarks need a CUDA GPU" if group == "transfer"
+               else f"the {group} benchmarks run on CPUs only")
+        missing.append(BenchError(name, group, why))
+    return chosen, missing
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def measure_one(device: Device, benchmark: Benchmark) -> BenchResult:
+    """Build, time and describe one benchmark; exceptions propagate to the caller."""
+    with benchmark.settings():
+        kernel = benchmark.build()
+        timing = device.time(benchmark, kernel)
+        conditions = device.conditions()
+    value = benchmark.value(kernel.work, timing.median_s)
+    params = {**benchmark.params, **kernel.params}
+    if benchmark.metric in WORK_FIELDS:
+        params[WORK_FIELDS[benchmark.metric]] = kernel.work
+    peak, source = peak_for(device.spec, benchmark.peak)
+    return BenchResult(name=benchmark.name, group=benchmark.group, metric=benchmark.metric, value=value,
+                       unit=benchmark.unit, params=params, timing=timing, peak=peak, peak_source=source,
+                       percent_of_peak=percent_of_peak(value, peak), conditions=conditions, note=kernel.note)
+
+
+def describe_failure(exc: BaseException) -> str:
+    """An error as one line: out-of-memory named as such, long messages cut."""
+    lines = str(exc).strip().splitlines()
+    text = lines[0][:300] if lines else ""
+    if isinstance(exc, Unsupported):
+        return text
+    if "out of memory" in str(exc).lower():
+        return f"out of memory: {text}"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def run_benchmarks(device: Device, benchmarks: Sequence[Benchmark], *, settings: dict[str, Any] | None = None,
+                   save: Path | None = None, errors: Sequence[BenchError] = (),
+                   on_start: Callable[[int, Benchmark], None] | None = None,
+                   on_done: Callable[[BenchResult | BenchError], None] | None = None) -> BenchRun:
+    """Run each benchmark in turn; a failure is recorded and the run goes on."""
+    run = BenchRun(device=device.facts(), started_at=_now(),
+                   settings={**(settings or {}), "environment": device.environment()}, errors=list(errors))
+    if save is not None:
+        run.save(save)
+    for position, benchmark in enumerate(benchmarks):
+        if on_start is not None:
+            on_start(position, benchmark)
+        entry: BenchResult | BenchError
+        try:
+            entry = measure_one(device, benchmark)
+            run.results.append(entry)
+        except Exception as exc:  # an unsupported precision or an OOM is the finding, whatever its type
+            entry = BenchError(benchmark.name, benchmark.group, describe_failure(exc), dict(benchmark.params))
+            run.errors.append(entry)
+            device.recover()
+        if save is not None:
+            run.save(save)
+        if on_done is not None:
+            on_done(entry)
+    run.results = annotate(run.results)
+    run.finished_at = _now()
+    if save is not None:
+        run.save(save)
+    return run
+
+
+def annotate(results: list[BenchResult]) -> list[BenchResult]:
+    """Notes that need two results: thread scaling against one thread, and what CUDA graphs save."""
+    by_name = {r.name: r for r in results}
+    annotated = []
+    for result in results:
+        note = result.note
+        one = re.fullmatch(r"(threads\..+)\.t\d+", result.name)
+        base = by_name.get(f"{one.group(1)}.t1") if one else None
+        if base is not None and base is not result and base.value:
+            note = f"{result.value / base.value:.2f}x of 1 thread"
+        eager = by_name.get("launch.step_eager")
+        if result.name == "launch.step_graph" and eager is not None:
+            saved = eager.value - result.value
+            per_kernel = saved / int(result.params.get("kernels_per_step", 1))
+            note = f"saves {saved * 1e6:,.1f} us per step ({per_kernel * 1e6:.2f} us per kernel)"
+        annotated.append(dataclasses.replace(result, note=note) if note != result.note else result)
+    return annotated

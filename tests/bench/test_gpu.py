@@ -1,0 +1,89 @@
+"""The GPU bench on a real GPU (skipped without one): it runs whole in under three minutes, its figures
+sit below the datasheet peaks, and its event timing agrees with a synchronized wall-clock timing."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpufly.bench.results import load_run
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory) -> tuple[dict, float, Path]:
+    save = tmp_path_factory.mktemp("bench") / "gpu.json"
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "gpufly", "bench", "--device", "cuda:0", "--json", "--save",
+                           str(save)], capture_output=True, text=True, timeout=180)
+    elapsed = time.perf_counter() - start
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout), elapsed, save
+
+
+def test_the_whole_gpu_bench_takes_under_three_minutes(full_run) -> None:
+    data, elapsed, save = full_run
+    assert elapsed < 180
+    assert load_run(save).to_dict() == data
+    names = {r["name"] for r in data["results"]} | {e["name"] for e in data["errors"]}
+    for name in ("gemm.fp32", "gemm.tf32", "gemm.bf16", "memory.copy", "transfer.h2d.pinned", "launch.step_graph"):
+        assert name in names
+    assert {"gemm.bf16", "memory.copy", "transfer.h2d.pinned"} <= {r["name"] for r in data["results"]}, data["errors"]
+
+
+def test_gpu_facts_are_recorded(full_run) -> None:
+    device = full_run[0]["device"]
+    assert device["kind"] == "cuda" and device["cuda_version"] and device["driver_version"]
+    assert device["memory_total_bytes"] > 0 and device["compute_capability"]
+    assert device["sm_clock_max_mhz"] and device["power_limit_w"]
+
+
+def test_figures_sit_below_their_peaks(full_run) -> None:
+    data = full_run[0]
+    if data["device"]["catalog_id"] is None:
+        pytest.skip(f"{data['device']['name']} is not in the catalog")
+    checked = [r for r in data["results"] if r["percent_of_peak"] is not None]
+    assert checked
+    for result in checked:
+        assert 1 < result["percent_of_peak"] < 110, result["name"]
+    assert {r["name"]: r for r in checked}["memory.copy"]["percent_of_peak"] > 30
+
+
+def test_cuda_graphs_are_faster_than_eager_launches(full_run) -> None:
+    results = {r["name"]: r for r in full_run[0]["results"]}
+    assert results["launch.step_graph"]["value"] < results["launch.step_eager"]["value"]
+    assert 0 < results["launch.eager"]["value"] < 1e-3
+
+
+def test_tf32_is_faster_than_fp32(full_run) -> None:
+    results = {r["name"]: r for r in full_run[0]["results"]}
+    assert results["gemm.tf32"]["value"] > 1.5 * results["gemm.fp32"]["value"]
+
+
+def test_event_timing_matches_a_synchronized_wall_clock() -> None:
+    import torch
+
+    from gpufly.bench import kernels
+    from gpufly.bench.cuda import measure_events
+
+    device = torch.device("cuda", 0)
+    kernel = kernels.gemm(torch, device, "bf16", 8192, 8192, 8192)
+    events = measure_events(torch, kernel.fn, warmup=5, repeats=10)
+    a, b = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16), torch.randn(
+        8192, 8192, device=device, dtype=torch.bfloat16)
+    torch.matmul(a, b)
+    wall = []
+    for _ in range(10):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        torch.matmul(a, b)
+        torch.cuda.synchronize()
+        wall.append(time.perf_counter() - start)
+    assert 0.7 <= statistics.median(wall) / events.median_s <= 1.3

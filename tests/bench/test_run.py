@@ -1,0 +1,165 @@
+"""The runner: failures become recorded errors and the run goes on; results are saved as they come."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpufly.bench.benchmark import Benchmark, Kernel, Unsupported, grow
+from gpufly.bench.cpu import thread_counts
+from gpufly.bench.results import load_run
+from gpufly.bench.run import annotate, parse_device, parse_only, run_benchmarks, select
+from gpufly.errors import GpuflyError
+from tests.bench.fakes import FakeClock, FakeDevice, slow_benchmark
+
+
+def _failing(name: str, exc: BaseException) -> Benchmark:
+    def build() -> Kernel:
+        raise exc
+
+    return Benchmark(name, "gemm", "flops_per_s", build, {"n": 8192})
+
+
+def test_a_failing_benchmark_is_recorded_and_the_run_goes_on() -> None:
+    device = FakeDevice()
+    plan = [slow_benchmark(device, "gemm.bf16", 0.01, 1e12),
+            _failing("gemm.fp8", Unsupported("fp8 matmul needs compute capability 8.9 or newer")),
+            _failing("gemm.int8", RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore text")),
+            _failing("gemm.tf32", ValueError("bad layout")),
+            slow_benchmark(device, "memory.copy", 0.02, 2e10, metric="bytes_per_s", group="memory")]
+    run = run_benchmarks(device, plan)
+    assert [r.name for r in run.results] == ["gemm.bf16", "memory.copy"]
+    assert [(e.name, e.error) for e in run.errors] == [
+        ("gemm.fp8", "fp8 matmul needs compute capability 8.9 or newer"),
+        ("gemm.int8", "out of memory: CUDA out of memory. Tried to allocate 2.00 GiB"),
+        ("gemm.tf32", "ValueError: bad layout"),
+    ]
+    assert run.errors[0].params == {"n": 8192}
+    assert device.recovered == 3 and run.finished_at is not None
+
+
+def test_results_are_saved_as_they_come(tmp_path: Path) -> None:
+    device = FakeDevice()
+    seen = []
+
+    def on_done(entry) -> None:
+        seen.append(len(json.loads(save.read_text())["results"]))
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    save = tmp_path / "run.json"
+    plan = [slow_benchmark(device, f"gemm.n{i}", 0.01, 1e12) for i in range(4)]
+    with pytest.raises(KeyboardInterrupt):
+        run_benchmarks(device, plan, save=save, on_done=on_done, settings={"quick": True})
+    assert seen == [1, 2]
+    interrupted = load_run(save)
+    assert [r.name for r in interrupted.results] == ["gemm.n0", "gemm.n1"]
+    assert interrupted.finished_at is None and interrupted.settings["quick"] is True
+
+
+def test_progress_callbacks_see_every_benchmark() -> None:
+    device = FakeDevice()
+    plan = [slow_benchmark(device, f"gemm.n{i}", 0.01, 1e12) for i in range(3)] + [_failing("gemm.x", OSError())]
+    started, done = [], []
+    run_benchmarks(device, plan, on_start=lambda i, b: started.append((i, b.name)), on_done=done.append)
+    assert started == [(0, "gemm.n0"), (1, "gemm.n1"), (2, "gemm.n2"), (3, "gemm.x")]
+    assert len(done) == 4 and done[-1].error == "OSError"
+
+
+def test_settings_are_held_while_building_and_timing_and_then_restored() -> None:
+    device = FakeDevice()
+    state = {"tf32": False}
+    seen = {}
+
+    class Tf32:
+        def __enter__(self) -> None:
+            state["tf32"] = True
+
+        def __exit__(self, *exc: object) -> None:
+            state["tf32"] = False
+
+    def build() -> Kernel:
+        seen["build"] = state["tf32"]
+        return Kernel(lambda: seen.setdefault("run", state["tf32"]), 1e9)
+
+    run_benchmarks(device, [Benchmark("gemm.tf32", "gemm", "flops_per_s", build, settings=Tf32)])
+    assert seen == {"build": True, "run": True} and state["tf32"] is False
+
+
+def test_only_picks_groups_and_names() -> None:
+    device = FakeDevice()
+    plan = [slow_benchmark(device, name, 0.01, 1, group=name.split(".")[0])
+            for name in ("gemm.fp32", "gemm.bf16", "memory.copy", "launch.eager")]
+    chosen, missing = select(plan, device.groups, ["gemm.bf16", "memory"])
+    assert [b.name for b in chosen] == ["gemm.bf16", "memory.copy"] and missing == []
+    chosen, missing = select(plan, ("gemm", "memory", "threads"), ["transfer", "gemm.fp64", "threads"])
+    assert chosen == []
+    assert [(e.name, e.error) for e in missing] == [
+        ("transfer", "the transfer benchmarks need a CUDA GPU"), ("gemm.fp64", "no 'gemm.fp64' benchmark here"),
+        ("threads", "no 'threads' benchmark here")]
+    assert select(plan, device.groups, []) == (plan, [])
+
+
+def test_only_refuses_unknown_groups_with_a_suggestion() -> None:
+    assert parse_only(" gemm, memory ") == ["gemm", "memory"]
+    with pytest.raises(GpuflyError, match="did you mean gemm"):
+        parse_only("gem")
+    with pytest.raises(GpuflyError):
+        parse_only(",")
+
+
+def test_device_names() -> None:
+    assert parse_device("cpu", cuda_count=2) == ("cpu", 0)
+    assert parse_device("CUDA", cuda_count=2) == ("cuda", 0)
+    assert parse_device("cuda:1", cuda_count=2) == ("cuda", 1)
+    assert parse_device(None, cuda_count=1) == ("cuda", 0)
+    with pytest.raises(GpuflyError, match="no CUDA GPU"):
+        parse_device("cuda:0", cuda_count=0)
+    with pytest.raises(GpuflyError, match="no GPU 3"):
+        parse_device("cuda:3", cuda_count=2)
+    with pytest.raises(GpuflyError, match="unknown device"):
+        parse_device("tpu", cuda_count=0)
+
+
+def test_notes_for_thread_scaling_and_cuda_graphs() -> None:
+    device = FakeDevice()
+    plan = [slow_benchmark(device, "threads.gemm.fp32.t1", 0.04, 1e9, group="threads"),
+            slow_benchmark(device, "threads.gemm.fp32.t4", 0.01, 1e9, group="threads"),
+            slow_benchmark(device, "launch.step_eager", 300e-6, 1, metric="seconds", group="launch"),
+            slow_benchmark(device, "launch.step_graph", 44e-6, 1, metric="seconds", group="launch")]
+    results = annotate(run_benchmarks(device, plan).results)
+    notes = {r.name: r.note for r in results}
+    assert notes["threads.gemm.fp32.t1"] is None
+    assert notes["threads.gemm.fp32.t4"] == "4.00x of 1 thread"
+    assert notes["launch.step_graph"] == "saves 256.0 us per step (256.00 us per kernel)"
+
+
+def test_thread_counts() -> None:
+    assert thread_counts(1) == [1]
+    assert thread_counts(2) == [1, 2]
+    assert thread_counts(16) == [1, 2, 4, 8, 16]
+
+
+def test_grow_stops_at_the_first_size_that_fills_the_target() -> None:
+    clock = FakeClock()
+    built = []
+
+    def build(n: int) -> Kernel:
+        built.append(n)
+        return Kernel(lambda: clock.advance(n * 1e-4), float(n))
+
+    assert grow(build, (64, 128, 256, 512), target_s=0.02, exponent=1, clock=clock).work == 256.0
+    assert built == [64, 128, 256]
+    assert grow(build, (8, 16), target_s=1.0, exponent=1, clock=clock).work == 16.0
+
+
+def test_grow_does_not_step_to_a_size_that_would_take_too_long() -> None:
+    clock = FakeClock()
+
+    def build(n: int) -> Kernel:
+        return Kernel(lambda: clock.advance((n / 512) ** 3 * 0.2), float(n))
+
+    assert grow(build, (256, 512, 1024), target_s=0.25, max_s=1.0, clock=clock).work == 512.0
+    assert grow(build, (256, 512, 1024), target_s=0.25, max_s=2.0, clock=clock).work == 1024.0
