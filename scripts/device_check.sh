@@ -12,6 +12,8 @@ nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
 gpufly doctor --deep --json > "$OUT/doctor_deep.json" 2> "$OUT/doctor_deep.stderr"
 gpufly doctor --save "$OUT/facts.json" > "$OUT/doctor.txt" 2>&1
 gpufly report --json > "$OUT/report.json" 2>&1
+timeout 200 gpufly bench --save "$OUT/bench.json" > "$OUT/bench.txt" 2>&1
+echo "bench exit: $?" >> "$OUT/bench.txt"
 timeout 300 pytest -m gpu -v > "$OUT/pytest_gpu.txt" 2>&1
 echo "pytest -m gpu exit: $?" >> "$OUT/pytest_gpu.txt"
 ls -la "$OUT"

@@ -7,7 +7,7 @@ import time
 
 from gpufly.bench.cpu import CpuDevice
 
-ROUNDS = 3
+ROUNDS = 5
 
 
 def independent_gflops(n: int, calls: int = 4) -> float:

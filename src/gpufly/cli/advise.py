@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -9,7 +10,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from gpufly.catalog import GpuSpec, default_catalog
+from gpufly.catalog import Catalog, GpuSpec, default_catalog
 from gpufly.cli.render import MISSING, console, print_json
 from gpufly.errors import GpuflyError, unknown_choice
 from gpufly.estimate.engines import GIB
@@ -151,6 +152,28 @@ def _machine_gpus() -> list[tuple[GpuSpec, int]]:
     return probe_machine().gpu_types()
 
 
+Targets = list[tuple[GpuSpec, int]]
+
+
+def _calibrated(targets: Targets, results: Path, catalog: Catalog) -> tuple[Targets, list[str]]:
+    """The target GPUs with measured ceilings from a bench run; without --gpu, the run's own GPU."""
+    from gpufly.bench.results import load_run
+    from gpufly.estimate.calibrate import calibrated_gpu
+
+    run = load_run(results)
+    if not targets:
+        if not run.device.catalog_id:
+            raise GpuflyError(f"the bench results are for '{run.device.name}', which the catalog lacks",
+                              hint="give --gpu NAME")
+        targets = [(catalog.get(run.device.catalog_id), 1)]
+    calibrated, notes = [], []
+    for target, count in targets:
+        spec, changed = calibrated_gpu(target, run)
+        calibrated.append((spec, count))
+        notes += changed
+    return calibrated, notes
+
+
 def fit(
     model: Annotated[str, typer.Argument(help="Preset name, config.json or folder, .gguf file, or module:function.")],
     gpu: Annotated[
@@ -163,6 +186,8 @@ def fit(
     max_ctx: Annotated[bool, typer.Option("--max-ctx", help="Solve for the longest context that fits.")] = False,
     max_batch: Annotated[bool, typer.Option("--max-batch", help="Solve for the largest batch that fits.")] = False,
     exact: Annotated[bool, typer.Option("--exact", help="Count parameters on the meta device (transformers).")] = False,
+    calibrate: Annotated[Path | None, typer.Option("--calibrate", metavar="RESULTS",
+                                                   help="Predict from `gpufly bench --save` results.")] = None,
     json_out: Json = False,
 ) -> None:
     """Will MODEL fit on a GPU for this job? Memory breakdown, predicted speed, and what would make it fit."""
@@ -171,6 +196,9 @@ def fit(
 
     catalog = default_catalog()
     targets = [parse_gpu(gpu, catalog)] if gpu else _machine_gpus()
+    calibration: list[str] = []
+    if calibrate is not None:
+        targets, calibration = _calibrated(targets, calibrate, catalog)
     base = _job(task, quant, ctx, batch, kv, engine, optimizer, zero, checkpointing, lora_rank, fp32, lora_targets,
                 fsdp)
     spec = _load(model, exact)
@@ -203,6 +231,8 @@ def fit(
         if not all(v.fits for v, _, _ in results):
             raise typer.Exit(1)
         return
+    for note in calibration:
+        out.print(f"calibrated: {note}")
     for verdict, found_changes, solved in results:
         out.print(_describe(spec, verdict.job))
         render_fit(verdict, found_changes, out)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -10,6 +10,10 @@ from rich.table import Table
 
 from gpufly.cli.render import MISSING, console, gib, print_json
 from gpufly.report.machine import MachineReport, probe_machine
+
+if TYPE_CHECKING:
+    from gpufly.bench.results import BenchRun
+
 from gpufly.report.models_fit import CONTEXT, ModelFitRow, model_fit_rows
 
 
@@ -65,17 +69,31 @@ def render_machine(report: MachineReport, out: Console | None = None) -> None:
     out.print(gpus)
 
 
-def report(json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    """Report on this machine: OS, CPU, RAM, and each NVIDIA GPU with its catalog entry."""
+def _quick_bench() -> BenchRun:
+    """The benchmark summary in quick mode, on cuda:0 when PyTorch sees a GPU, else the CPU."""
+    from gpufly.bench import open_device, run_benchmarks, select
+
+    target = open_device(None)
+    chosen, skipped = select(target.plan(quick=True), target.groups, [])
+    return run_benchmarks(target, chosen, settings={"device": target.label, "quick": True}, errors=skipped)
+
+
+def report(
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    bench: Annotated[bool, typer.Option("--bench", help="Add a quick benchmark of this machine.")] = False,
+) -> None:
+    """Report on this machine: OS, CPU, RAM, each NVIDIA GPU with its catalog entry, the doctor's verdict,
+    which popular models fit; with --bench, what the machine measures."""
     from gpufly.doctor.checks import diagnose
     from gpufly.doctor.probes import probe_all
 
     machine = probe_machine()
     rows = model_fit_rows(machine.gpu_types())
     findings = diagnose(probe_all())
+    measured = _quick_bench() if bench else None
     if json_out:
         print_json({"schema_version": 1, "machine": machine.to_dict(), "models": [r.to_dict() for r in rows],
-                    "doctor": [f.to_dict() for f in findings]})
+                    "doctor": [f.to_dict() for f in findings], "bench": measured.to_dict() if measured else None})
         return
     render_machine(machine)
     render_doctor_summary(findings, console())
@@ -83,3 +101,7 @@ def report(json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")]
         render_models(rows, console())
     else:
         console().print("models: no catalog GPU here to fit models on; `gpufly recommend MODEL` ranks GPUs to get")
+    if measured is not None:
+        from gpufly.cli.bench import render_run
+
+        render_run(measured, console())

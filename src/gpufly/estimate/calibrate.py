@@ -1,0 +1,56 @@
+"""Predict from what a card measured (`gpufly bench --save`) instead of its datasheet.
+
+The engines' efficiencies (estimate/engines.py) are shares of datasheet peaks, fitted on healthy
+cards. A bench run says how this card compares with a healthy one: a card that reaches the typical
+share of its datasheet keeps its figures, a throttled one (a low power limit, a narrow link, a hot
+case) is scaled down by what it lacks. So a measured ceiling replaces a datasheet figure as
+``measured / typical share``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpufly.bench.results import BenchRun
+from gpufly.catalog.spec import GpuSpec
+from gpufly.errors import GpuflyError
+
+TYPICAL_GEMM_SHARE = 0.75
+"""Share of the dense tensor (or FP32) rate a large square GEMM reaches on a healthy card with
+cuBLAS (NVIDIA's own GEMM results on A100/H100 land between 0.7 and 0.85 of peak)."""
+TYPICAL_COPY_SHARE = 0.85
+"""Share of datasheet bandwidth a large device-to-device copy reaches (HBM and GDDR alike)."""
+RATE_BENCHMARKS = {
+    "fp32_tflops": "gemm.fp32",
+    "tf32_tensor_tflops": "gemm.tf32",
+    "fp16_tensor_tflops": "gemm.fp16",
+    "bf16_tensor_tflops": "gemm.bf16",
+    "fp8_tensor_tflops": "gemm.fp8",
+}
+
+
+def calibrated_gpu(gpu: GpuSpec, run: BenchRun) -> tuple[GpuSpec, list[str]]:
+    """``gpu`` with its rates and bandwidth replaced by the run's measured ceilings, and what changed."""
+    if run.device.kind == "cpu":
+        raise GpuflyError("these bench results were measured on a CPU", hint="calibrate with a run on the GPU: "
+                          "gpufly bench --device cuda:0 --save results.json")
+    if run.device.catalog_id and run.device.catalog_id != gpu.id:
+        raise GpuflyError(f"the bench results are for the {run.device.name}, not the {gpu.name}",
+                          hint="leave out --gpu, or pass results measured on that card")
+    changes: dict[str, float] = {}
+    notes: list[str] = []
+    for field, name in RATE_BENCHMARKS.items():
+        result = run.result(name)
+        if result is not None and result.value > 0:
+            changes[field] = result.value / 1e12 / TYPICAL_GEMM_SHARE
+            notes.append(f"{field}: {getattr(gpu, field) or 0:g} -> {changes[field]:.1f} (measured "
+                         f"{result.value / 1e12:.1f} TFLOPS / {TYPICAL_GEMM_SHARE})")
+    copy = run.result("memory.copy")
+    if copy is not None and copy.value > 0:
+        changes["memory_bandwidth_gbps"] = copy.value / 1e9 / TYPICAL_COPY_SHARE
+        notes.append(f"memory_bandwidth_gbps: {gpu.memory_bandwidth_gbps:g} -> {changes['memory_bandwidth_gbps']:.0f} "
+                     f"(measured {copy.value / 1e9:.0f} GB/s / {TYPICAL_COPY_SHARE})")
+    if not changes:
+        raise GpuflyError("the bench results hold no GEMM or memory figure to calibrate with",
+                          hint="run gpufly bench --only gemm,memory --save results.json")
+    return dataclasses.replace(gpu, **changes), notes

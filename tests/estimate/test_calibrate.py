@@ -1,0 +1,51 @@
+"""`gpufly fit --calibrate`: measured ceilings replace datasheet figures, scaled by the typical share."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpufly.bench.results import BenchRun
+from gpufly.errors import GpuflyError
+from gpufly.estimate.calibrate import TYPICAL_COPY_SHARE, TYPICAL_GEMM_SHARE, calibrated_gpu
+
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "bench" / "cpu_quick_2threads.json"
+
+
+def gpu_run(bf16_flops: float, copy_bytes_s: float) -> dict:
+    """The recorded CPU run, relabelled as an RTX 4090 run holding two measured figures."""
+    data = json.loads(FIXTURE.read_text())
+    data["device"].update(kind="cuda", name="NVIDIA GeForce RTX 4090", catalog_id="rtx-4090", index=0)
+    template = data["results"][0]
+    data["results"] = [{**template, "name": "gemm.bf16", "value": bf16_flops},
+                       {**template, "name": "memory.copy", "group": "memory", "unit": "B/s", "value": copy_bytes_s}]
+    return data
+
+
+def test_a_throttled_card_is_scaled_down(catalog) -> None:
+    rtx4090 = catalog.get("4090")
+    run = BenchRun.from_dict(gpu_run(0.5 * TYPICAL_GEMM_SHARE * 165.2e12, 0.5 * TYPICAL_COPY_SHARE * 1008e9))
+    calibrated, notes = calibrated_gpu(rtx4090, run)
+    assert calibrated.bf16_tensor_tflops == pytest.approx(165.2 / 2)
+    assert calibrated.memory_bandwidth_gbps == pytest.approx(1008 / 2)
+    assert calibrated.fp16_tensor_tflops == rtx4090.fp16_tensor_tflops, "unmeasured figures stay"
+    assert len(notes) == 2
+
+
+def test_cpu_results_and_other_cards_are_refused(catalog) -> None:
+    cpu = BenchRun.from_dict(json.loads(FIXTURE.read_text()))
+    with pytest.raises(GpuflyError, match="measured on a CPU"):
+        calibrated_gpu(catalog.get("4090"), cpu)
+    with pytest.raises(GpuflyError, match="not the H100 SXM"):
+        calibrated_gpu(catalog.get("h100 sxm"), BenchRun.from_dict(gpu_run(1e14, 9e11)))
+
+
+def test_fit_predicts_from_the_measured_card(cli, tmp_path) -> None:
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(gpu_run(0.5 * TYPICAL_GEMM_SHARE * 165.2e12, 0.5 * TYPICAL_COPY_SHARE * 1008e9)))
+    args = ("fit", "llama-3.1-8b", "--gpu", "4090", "--engine", "llama.cpp", "--quant", "f16", "--json")
+    datasheet = json.loads(cli(*args).stdout)["results"][0]["speed"]["decode_tok_s"]
+    measured = json.loads(cli(*args, "--calibrate", str(path)).stdout)["results"][0]["speed"]["decode_tok_s"]
+    assert measured < 0.6 * datasheet
