@@ -6,7 +6,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
@@ -15,15 +15,19 @@ from rich.table import Table
 from rich.text import Text
 
 from gpufly.cli.render import console, print_json
-from gpufly.doctor.checks import Finding, diagnose, smoke_findings
-from gpufly.doctor.facts import Facts, load_facts
 from gpufly.errors import GpuflyError, unknown_choice
+
+if TYPE_CHECKING:
+    from gpufly.doctor.checks import Finding
+    from gpufly.doctor.facts import Facts
 
 SCHEMA_VERSION = 1
 _STYLE = {"fail": "bold red", "warn": "yellow", "ok": "green"}
 
 
 def _facts(saved: Path | None) -> Facts:
+    from gpufly.doctor.facts import load_facts
+
     if saved is not None:
         return load_facts(saved)
     from gpufly.doctor.probes import probe_all
@@ -55,6 +59,8 @@ def doctor(
                                                     help="Diagnose saved facts instead of this machine.")] = None,
 ) -> None:
     """Find what does not fit together in the driver, CUDA and framework stack, and how to fix it."""
+    from gpufly.doctor.checks import diagnose, smoke_findings
+
     facts = _facts(facts_file)
     if save is not None:
         try:

@@ -9,15 +9,15 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufly.cli.render import MISSING, console, gib, print_json
-from gpufly.report.machine import MachineReport, probe_machine
 
 if TYPE_CHECKING:
     from gpufly.bench.results import BenchRun
+    from gpufly.doctor.checks import Finding
+    from gpufly.report.machine import MachineReport
+    from gpufly.report.models_fit import ModelFitRow
 
-from gpufly.report.models_fit import CONTEXT, ModelFitRow, model_fit_rows
 
-
-def render_doctor_summary(findings: list, out: Console) -> None:
+def render_doctor_summary(findings: list[Finding], out: Console) -> None:
     """The doctor's verdict in a few lines; `gpufly doctor` has the whole table."""
     fails = [f for f in findings if f.status == "fail"]
     warns = [f for f in findings if f.status == "warn"]
@@ -27,6 +27,8 @@ def render_doctor_summary(findings: list, out: Console) -> None:
 
 
 def render_models(rows: list[ModelFitRow], out: Console) -> None:
+    from gpufly.report.models_fit import CONTEXT
+
     table = Table(title=f"Popular models on this machine (ctx {CONTEXT:,}, batch 1)", title_justify="left")
     for column in ("model", "format", "GPUs", "needs per GPU", "fits", "decode"):
         table.add_column(column)
@@ -86,6 +88,8 @@ def report(
     which popular models fit; with --bench, what the machine measures."""
     from gpufly.doctor.checks import diagnose
     from gpufly.doctor.probes import probe_all
+    from gpufly.report.machine import probe_machine
+    from gpufly.report.models_fit import model_fit_rows
 
     machine = probe_machine()
     rows = model_fit_rows(machine.gpu_types())
