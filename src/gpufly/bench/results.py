@@ -11,6 +11,7 @@ from typing import Any
 
 from gpufly.bench.timing import Timing
 from gpufly.errors import GpuflyError
+from gpufly.jsonfile import read_json
 
 SCHEMA_VERSION = 1
 KIND = "gpufly.bench"
@@ -179,13 +180,6 @@ def _checked(result: BenchResult) -> BenchResult:
 def load_run(path: Path) -> BenchRun:
     """Read a run saved by `gpufly bench --save`."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise GpuflyError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise GpuflyError(f"{path} is not JSON ({exc.msg} at line {exc.lineno})",
-                          hint="pass a file written by `gpufly bench --save`") from exc
+    data = read_json(path, missing=f"cannot read {path}: no such file",
+                     hint="pass a file written by `gpufly bench --save`")
     return BenchRun.from_dict(data, source=str(path))
