@@ -107,6 +107,21 @@ class Nvml:
         except self._lib.NVMLError:
             return None
 
+    def call(self, fn: Callable[..., T], *args: Any) -> tuple[T | None, str | None]:
+        """Call one NVML function; (value, None) or (None, "NVML_ERROR_...") so callers can tell a
+        field the card lacks from a GPU that fell off the bus."""
+        assert self._lib is not None
+        try:
+            return _decode(fn(*args)), None
+        except self._lib.NVMLError as exc:
+            return None, _error_name(self._lib, exc)
+
+    @property
+    def lib(self) -> ModuleType:
+        """The pynvml module (or its fake) this session talks to; only valid after a successful open."""
+        assert self._lib is not None
+        return self._lib
+
     def driver_version(self) -> str | None:
         return self.query(self._lib.nvmlSystemGetDriverVersion) if self._lib else None
 

@@ -1,0 +1,186 @@
+"""A background sampler and the history it keeps.
+
+The sampler calls a backend (live NVML or a replay) every ``interval`` seconds on its own thread
+and hands each snapshot to ``History`` and to any listeners (the logger, the exporter). History is
+a ring buffer per GPU and metric, so memory stays bounded however long it runs; it also keeps the
+running totals that a single sample cannot give: energy since start and time spent throttled.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from gpufly.monitor.sample import GpuSample, Snapshot
+
+HISTORY_METRICS: tuple[str, ...] = (
+    "utilization_gpu_percent",
+    "utilization_memory_percent",
+    "memory_used_bytes",
+    "power_w",
+    "temperature_c",
+    "sm_clock_mhz",
+    "pcie_tx_bytes_per_s",
+    "pcie_rx_bytes_per_s",
+)
+"""The per-GPU figures kept as history (sparklines, web charts)."""
+
+HOST_METRICS: tuple[str, ...] = ("cpu_percent", "memory_used_bytes")
+
+
+class Backend(Protocol):
+    """Anything that produces snapshots: ``LiveBackend``, ``ReplayBackend``, a fake in tests."""
+
+    @property
+    def gpu_status(self) -> str | None: ...
+
+    def snapshot(self) -> Snapshot: ...
+
+    def close(self) -> None: ...
+
+
+Point = tuple[float, float]
+
+
+class History:
+    """Ring buffers of (time, value) per GPU and metric, plus energy and throttle totals since start."""
+
+    def __init__(self, capacity: int = 600) -> None:
+        self.capacity = capacity
+        self.latest: Snapshot | None = None
+        self.samples = 0
+        self._gpu: dict[tuple[int, str], deque[Point]] = defaultdict(lambda: deque(maxlen=capacity))
+        self._host: dict[str, deque[Point]] = defaultdict(lambda: deque(maxlen=capacity))
+        self._energy_start: dict[int, float] = {}
+        self._energy_integrated: dict[int, float] = defaultdict(float)
+        self._throttle_s: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self._lock = threading.Lock()
+
+    def add(self, snapshot: Snapshot) -> None:
+        with self._lock:
+            previous = self.latest
+            for gpu in snapshot.gpus:
+                self._add_gpu(gpu, snapshot.time, previous)
+            for metric in HOST_METRICS:
+                value = getattr(snapshot.host, metric)
+                if value is not None:
+                    self._host[metric].append((snapshot.time, float(value)))
+            self.latest = snapshot
+            self.samples += 1
+
+    def _add_gpu(self, gpu: GpuSample, now: float, previous: Snapshot | None) -> None:
+        if gpu.lost:
+            return
+        for metric in HISTORY_METRICS:
+            value = getattr(gpu, metric)
+            if value is not None:
+                self._gpu[(gpu.index, metric)].append((now, float(value)))
+        if gpu.energy_j is not None:
+            self._energy_start.setdefault(gpu.index, gpu.energy_j)
+        before = _same_gpu(previous, gpu.index)
+        if before is None or before.lost:
+            return
+        elapsed = now - (previous.time if previous else now)
+        if elapsed <= 0:
+            return
+        if gpu.power_w is not None and before.power_w is not None:
+            self._energy_integrated[gpu.index] += (gpu.power_w + before.power_w) / 2 * elapsed
+        for reason in before.slowdown_reasons:
+            self._throttle_s[gpu.index][reason] += elapsed
+
+    def series(self, gpu_index: int, metric: str) -> list[Point]:
+        with self._lock:
+            return list(self._gpu.get((gpu_index, metric), ()))
+
+    def host_series(self, metric: str) -> list[Point]:
+        with self._lock:
+            return list(self._host.get(metric, ()))
+
+    def energy_since_start_j(self, gpu_index: int) -> float | None:
+        """Joules since the first sample: NVML's energy counter where it has one, else power integrated."""
+        with self._lock:
+            latest = _same_gpu(self.latest, gpu_index)
+            if latest is not None and latest.energy_j is not None and gpu_index in self._energy_start:
+                return latest.energy_j - self._energy_start[gpu_index]
+            if gpu_index in self._energy_integrated:
+                return self._energy_integrated[gpu_index]
+            return None
+
+    def throttle_seconds(self, gpu_index: int) -> dict[str, float]:
+        """Seconds each slowdown reason was active, counted over the intervals it was seen at their start."""
+        with self._lock:
+            return dict(self._throttle_s.get(gpu_index, {}))
+
+
+def _same_gpu(snapshot: Snapshot | None, index: int) -> GpuSample | None:
+    if snapshot is None:
+        return None
+    return next((g for g in snapshot.gpus if g.index == index), None)
+
+
+Listener = Callable[[Snapshot], None]
+
+
+class Sampler:
+    """Samples a backend on a thread; ``cost_s`` is the CPU time each sample took (for the overhead benchmark)."""
+
+    def __init__(self, backend: Backend, interval: float = 1.0, history: History | None = None,
+                 listeners: list[Listener] | None = None) -> None:
+        if interval <= 0:
+            raise ValueError("interval must be positive")
+        self.backend = backend
+        self.interval = interval
+        self.history = history or History()
+        self.listeners = list(listeners or [])
+        self.cpu_seconds = 0.0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample_once(self) -> Snapshot:
+        started = time.thread_time()
+        snapshot = self.backend.snapshot()
+        self.history.add(snapshot)
+        for listener in self.listeners:
+            listener(snapshot)
+        self.cpu_seconds += time.thread_time() - started
+        return snapshot
+
+    def start(self) -> Sampler:
+        self._thread = threading.Thread(target=self._run, name="gpufly-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                self.sample_once()
+            except Exception as exc:  # a listener's disk-full must not kill the monitor; keep the reason
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+            next_at += self.interval
+            self._stop.wait(max(0.0, next_at - time.monotonic()))
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    @property
+    def cost_per_sample_s(self) -> float | None:
+        return self.cpu_seconds / self.history.samples if self.history.samples else None
+
+
+def open_backend(replay: Path | None = None, loop: bool = True) -> Backend:
+    """The replay of a recording when one is given, else this machine."""
+    if replay is not None:
+        from gpufly.monitor.backends.replay import ReplayBackend
+
+        return ReplayBackend(replay, loop=loop)
+    from gpufly.monitor.backends.live import LiveBackend
+
+    return LiveBackend()

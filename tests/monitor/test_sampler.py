@@ -1,0 +1,105 @@
+"""History ring buffers, energy and throttle totals, the sampler thread, and replay."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from gpufly.errors import GpuflyError
+from gpufly.monitor.backends.replay import ReplayBackend, read_recording
+from gpufly.monitor.sample import GpuSample, ProcessSample, Snapshot
+from gpufly.monitor.sampler import History, Sampler
+
+RECORDING = Path(__file__).parent.parent / "fixtures" / "monitor" / "two_gpus.jsonl"
+
+
+def _snapshot(t: float, power: float | None, energy: float | None = None, reasons: list[str] | None = None,
+              util: float = 50.0) -> Snapshot:
+    gpu = GpuSample(index=0, name="GPU", power_w=power, energy_j=energy, throttle_reasons=reasons,
+                    utilization_gpu_percent=util)
+    return Snapshot(time=t, hostname="h", gpus=[gpu])
+
+
+def test_ring_buffer_keeps_the_newest() -> None:
+    history = History(capacity=3)
+    for t in range(5):
+        history.add(_snapshot(float(t), 100.0, util=float(t)))
+    assert history.series(0, "utilization_gpu_percent") == [(2.0, 2.0), (3.0, 3.0), (4.0, 4.0)]
+    assert history.samples == 5
+
+
+def test_energy_prefers_the_counter_and_falls_back_to_integrating_power() -> None:
+    counted = History()
+    for t, energy in enumerate([1000.0, 1300.0, 1700.0]):
+        counted.add(_snapshot(float(t), 999.0, energy=energy))
+    assert counted.energy_since_start_j(0) == pytest.approx(700.0)
+    integrated = History()
+    for t, power in enumerate([100.0, 200.0, 200.0]):
+        integrated.add(_snapshot(float(t), power))
+    assert integrated.energy_since_start_j(0) == pytest.approx(150.0 + 200.0), "trapezoids over 1 s steps"
+
+
+def test_throttle_seconds_count_slowdowns_only() -> None:
+    history = History()
+    for t, reasons in enumerate([["sw_power_cap"], ["sw_power_cap", "gpu_idle"], [], ["hw_thermal_slowdown"]]):
+        history.add(_snapshot(t * 2.0, 100.0, reasons=reasons))
+    assert history.throttle_seconds(0) == {"sw_power_cap": 4.0}, "gpu_idle is not a slowdown; the last is open"
+
+
+def test_sampler_thread_samples_at_its_interval_and_feeds_listeners() -> None:
+    seen: list[Snapshot] = []
+    sampler = Sampler(ReplayBackend(RECORDING), interval=0.02, listeners=[seen.append]).start()
+    time.sleep(0.3)
+    sampler.stop()
+    assert 5 <= len(seen) <= 20 and sampler.history.samples == len(seen)
+    assert sampler.cost_per_sample_s is not None and sampler.cost_per_sample_s > 0
+
+
+def test_a_failing_listener_does_not_stop_the_sampler() -> None:
+    def broken(_: Snapshot) -> None:
+        raise OSError("No space left on device")
+
+    sampler = Sampler(ReplayBackend(RECORDING), interval=0.01, listeners=[broken]).start()
+    time.sleep(0.1)
+    sampler.stop()
+    assert sampler.errors and "No space left" in sampler.errors[0]
+    assert sampler.history.samples >= 2
+
+
+def test_replay_plays_the_recording_in_order_and_loops() -> None:
+    backend = ReplayBackend(RECORDING, loop=True)
+    times = [backend.snapshot().time for _ in range(121)]
+    assert times[:120] == sorted(times[:120]) and times[120] == times[0]
+    assert backend.interval_s == pytest.approx(1.0)
+    held = ReplayBackend(RECORDING, loop=False)
+    last = [held.snapshot().time for _ in range(125)][-1]
+    assert last == times[119]
+
+
+def test_replay_round_trips_every_field() -> None:
+    snapshots, skipped = read_recording(RECORDING)
+    assert skipped == 0 and len(snapshots) == 120
+    first = snapshots[0]
+    assert Snapshot.from_dict(json.loads(json.dumps(first.to_dict()))) == first
+    assert isinstance(first.gpus[0].processes[0], ProcessSample)
+    assert snapshots[-1].gpus[0].lost and not snapshots[-1].gpus[1].lost
+
+
+def test_a_line_cut_short_is_skipped(tmp_path: Path) -> None:
+    lines = RECORDING.read_text().splitlines()[:4]
+    damaged = tmp_path / "cut.jsonl"
+    damaged.write_text("\n".join(lines[:3]) + "\n" + lines[3][:200])
+    snapshots, skipped = read_recording(damaged)
+    assert len(snapshots) == 3 and skipped == 1
+
+
+def test_bad_recordings_are_one_line_errors(tmp_path: Path) -> None:
+    with pytest.raises(GpuflyError, match="no recording at"):
+        read_recording(tmp_path / "missing.jsonl")
+    junk = tmp_path / "junk.jsonl"
+    junk.write_text("not json\n{}\n")
+    with pytest.raises(GpuflyError, match="holds no snapshots"):
+        read_recording(junk)
