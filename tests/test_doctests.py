@@ -8,9 +8,13 @@ import pytest
 
 import gpufly.catalog.lookup
 import gpufly.errors
+import gpufly.monitor.backends.live
+import gpufly.monitor.format
+
+MODULES = [gpufly.errors, gpufly.catalog.lookup, gpufly.monitor.format, gpufly.monitor.backends.live]
 
 
-@pytest.mark.parametrize("module", [gpufly.errors, gpufly.catalog.lookup], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
 def test_docstring_examples(module) -> None:
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0

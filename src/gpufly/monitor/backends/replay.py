@@ -1,4 +1,4 @@
-"""Replay: snapshots recorded by `gpufly watch --output FILE.jsonl`, played back in order.
+"""Replay: snapshots recorded by `gpufly watch --output FILE.jsonl` (or .csv), played back in order.
 
 Used for tests and demos (every view runs without a GPU) and for looking back at a recorded run.
 A line that is cut short (the recorder was killed mid-write) or is not a snapshot is skipped and
@@ -24,6 +24,13 @@ def read_recording(path: Path) -> tuple[list[Snapshot], int]:
     except (IsADirectoryError, PermissionError) as exc:
         hint = "give a JSONL file written by `gpufly watch`"
         raise GpuflyError(f"cannot read {path}: {exc.strerror}", hint) from None
+    if path.suffix.lower() == ".csv":
+        from gpufly.monitor.logger import snapshots_from_csv
+
+        snapshots = snapshots_from_csv("\n".join(lines))
+        if not snapshots:
+            raise GpuflyError(f"{path} holds no samples", "record one with `gpufly watch --output FILE.csv`")
+        return snapshots, 0
     snapshots: list[Snapshot] = []
     skipped = 0
     for line in lines:

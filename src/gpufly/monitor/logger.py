@@ -1,0 +1,173 @@
+"""`gpufly watch`'s writers: JSONL (the replay format) and CSV, one line per sample, rotated by size.
+
+Every line goes to the file in one ``os.write`` on a descriptor opened with O_APPEND, so a line is
+either all there or not there: Ctrl-C, a kill or a crash loses nothing already written, and the
+file never ends in half a line that replay would have to guess at. Rotation renames run.jsonl to run.1.jsonl
+(run.1 to run.2, and so on, up to ``keep``) before a line would take the file past its limit.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections import defaultdict
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from gpufly.errors import GpuflyError
+from gpufly.monitor.sample import GpuSample, HostSample, Snapshot
+
+GPU_COLUMNS: tuple[str, ...] = tuple(
+    f.name for f in fields(GpuSample) if f.name not in ("mig", "processes", "throttle_reasons")
+)
+HOST_COLUMNS: tuple[str, ...] = ("cpu_percent", "memory_used_bytes", "memory_total_bytes", "swap_used_bytes")
+CSV_COLUMNS: tuple[str, ...] = (
+    "time", "hostname", *(f"gpu_{c}" for c in GPU_COLUMNS), "gpu_throttle_reasons", "gpu_process_count",
+    *(f"host_{c}" for c in HOST_COLUMNS),
+)
+"""One CSV row per GPU per sample (one row with empty GPU columns on a machine without GPUs)."""
+
+
+def jsonl_lines(snapshot: Snapshot) -> list[str]:
+    return [json.dumps(snapshot.to_dict(), separators=(",", ":")) + "\n"]
+
+
+def _cell(value: Any) -> Any:
+    return "" if value is None else value
+
+
+def csv_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
+    host = {f"host_{c}": _cell(getattr(snapshot.host, c)) for c in HOST_COLUMNS}
+    base = {"time": snapshot.time, "hostname": snapshot.hostname}
+    if not snapshot.gpus:
+        return [{**base, **host}]
+    rows = []
+    for gpu in snapshot.gpus:
+        row = {**base, **{f"gpu_{c}": _cell(getattr(gpu, c)) for c in GPU_COLUMNS}, **host}
+        row["gpu_throttle_reasons"] = _reasons_cell(gpu.throttle_reasons)
+        row["gpu_process_count"] = len(gpu.processes)
+        rows.append(row)
+    return rows
+
+
+def _reasons_cell(reasons: list[str] | None) -> str:
+    """Empty for "NVML will not say", ``none`` for "no reason active", else the names joined by ';'."""
+    if reasons is None:
+        return ""
+    return ";".join(reasons) if reasons else "none"
+
+
+def csv_text(rows: list[dict[str, Any]], header: bool) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    if header:
+        writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def format_of(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".ndjson", ".json"):
+        return "jsonl"
+    if suffix == ".csv":
+        return "csv"
+    raise GpuflyError(f"cannot tell the format of {path.name!r} from its extension",
+                      "name the output FILE.jsonl (replayable, with processes) or FILE.csv (for spreadsheets)")
+
+
+class SampleLog:
+    """Appends snapshots to a JSONL or CSV file, rotating it past ``rotate_bytes`` (None: never)."""
+
+    def __init__(self, path: Path, rotate_bytes: int | None = None, keep: int = 5) -> None:
+        if rotate_bytes is not None and rotate_bytes <= 0:
+            raise GpuflyError("--rotate must be a positive size in MB", "for example --rotate 100")
+        self.path = path
+        self.format = format_of(path)
+        self.rotate_bytes = rotate_bytes
+        self.keep = keep
+        self.lines_written = 0
+        self._fd = self._open()
+
+    def _open(self) -> int:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError as exc:
+            raise GpuflyError(f"cannot write {self.path}: {exc.strerror}", "choose a folder you can write to") from None
+
+    def _size(self) -> int:
+        return os.fstat(self._fd).st_size
+
+    def write(self, snapshot: Snapshot) -> None:
+        text = self._render(snapshot, header=self._size() == 0)
+        data = text.encode()
+        if self.rotate_bytes is not None and self._size() > 0 and self._size() + len(data) > self.rotate_bytes:
+            self._rotate()
+            data = self._render(snapshot, header=True).encode()
+        os.write(self._fd, data)
+        self.lines_written += 1
+
+    __call__ = write
+
+    def _render(self, snapshot: Snapshot, header: bool) -> str:
+        if self.format == "jsonl":
+            return "".join(jsonl_lines(snapshot))
+        return csv_text(csv_rows(snapshot), header=header)
+
+    def _rotate(self) -> None:
+        os.close(self._fd)
+        self.rotated(self.keep).unlink(missing_ok=True)
+        for n in range(self.keep - 1, 0, -1):
+            if self.rotated(n).exists():
+                self.rotated(n).rename(self.rotated(n + 1))
+        self.path.rename(self.rotated(1))
+        self._fd = self._open()
+
+    def rotated(self, n: int) -> Path:
+        """The n-th older file: run.jsonl -> run.1.jsonl, so it keeps the extension replay reads by."""
+        return self.path.with_name(f"{self.path.stem}.{n}{self.path.suffix}")
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def _number(text: str) -> Any:
+    if text == "":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+
+
+def snapshots_from_csv(text: str) -> list[Snapshot]:
+    """Rebuild snapshots from `watch`'s CSV (GPU and host figures; the CSV carries no process list)."""
+    by_time: dict[float, Snapshot] = {}
+    gpus: dict[float, list[GpuSample]] = defaultdict(list)
+    for row in csv.DictReader(io.StringIO(text)):
+        if row.get("time") in (None, "time"):
+            continue
+        t = float(row["time"])
+        host = HostSample(**{c: _number(row.get(f"host_{c}", "")) for c in HOST_COLUMNS})
+        by_time.setdefault(t, Snapshot(time=t, hostname=row.get("hostname") or "unknown", host=host))
+        if row.get("gpu_index", "") != "":
+            values = {c: _number(row.get(f"gpu_{c}", "")) for c in GPU_COLUMNS}
+            values["name"] = row.get("gpu_name") or "unknown GPU"
+            for key in ("uuid", "pci_bus_id"):
+                values[key] = row.get(f"gpu_{key}") or None
+            reasons = row.get("gpu_throttle_reasons")
+            gpu = GpuSample(**values)
+            gpu.throttle_reasons = None if not reasons else ([] if reasons == "none" else reasons.split(";"))
+            gpus[t].append(gpu)
+    for t, snapshot in by_time.items():
+        snapshot.gpus = gpus.get(t, [])
+    return [by_time[t] for t in sorted(by_time)]

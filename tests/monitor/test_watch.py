@@ -1,0 +1,114 @@
+"""`gpufly watch`: lines complete after a kill, rotation, and replay reading what watch wrote."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpufly.errors import GpuflyError
+from gpufly.monitor.backends.replay import ReplayBackend, read_recording
+from gpufly.monitor.logger import CSV_COLUMNS, SampleLog
+
+RECORDING = Path(__file__).parent.parent / "fixtures" / "monitor" / "two_gpus.jsonl"
+
+
+def _watch(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "gpufly", "watch", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_lines(path: Path, n: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().count("\n") >= n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{path} did not reach {n} lines")
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_a_killed_watch_leaves_only_complete_lines_that_replay_reads(tmp_path: Path, suffix: str) -> None:
+    out = tmp_path / f"run{suffix}"
+    proc = _watch("--replay", str(RECORDING), "--interval", "0.02", "--output", str(out))
+    try:
+        _wait_for_lines(out, 25)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    text = out.read_text()
+    assert text.endswith("\n"), "the file ends at a line boundary"
+    snapshots, skipped = read_recording(out)
+    assert skipped == 0
+    rows_per_sample = 2 if suffix == ".csv" else 1  # one CSV row per GPU
+    assert len(snapshots) >= 24 // rows_per_sample
+    recorded = [s.gpus[0].power_w for s in ReplayBackend(RECORDING)][: len(snapshots)]
+    assert [s.gpus[0].power_w for s in snapshots] == recorded, "replay gives back what watch wrote, in order"
+    if suffix == ".jsonl":
+        assert snapshots[0].gpus[0].processes[0].user == "alice"
+        assert all(json.loads(line)["schema_version"] == 1 for line in text.splitlines())
+    else:
+        assert text.splitlines()[0].split(",") == list(CSV_COLUMNS)
+
+
+def test_sigterm_ends_cleanly_and_says_what_it_wrote(tmp_path: Path) -> None:
+    out = tmp_path / "run.jsonl"
+    proc = _watch("--replay", str(RECORDING), "--interval", "0.05", "--output", str(out))
+    _wait_for_lines(out, 3)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0
+    written = len(out.read_text().splitlines())
+    assert f"wrote {written} samples to {out}" in err
+
+
+def test_rotation_keeps_each_file_under_the_limit_and_every_sample(tmp_path: Path) -> None:
+    out = tmp_path / "run.csv"
+    log = SampleLog(out, rotate_bytes=4000, keep=50)
+    replay = ReplayBackend(RECORDING, loop=False)
+    for _ in range(40):
+        log.write(replay.snapshot())
+    log.close()
+    files = sorted(tmp_path.iterdir())
+    assert len(files) > 3
+    assert all(f.stat().st_size <= 4000 for f in files)
+    assert all(f.read_text().startswith("time,hostname,") for f in files), "each rotated CSV has its header"
+    rows = sum(len(read_recording(f)[0]) for f in files)
+    assert rows == 40
+
+
+def test_rotation_drops_the_oldest_beyond_keep(tmp_path: Path) -> None:
+    out = tmp_path / "run.jsonl"
+    log = SampleLog(out, rotate_bytes=3500, keep=2)
+    replay = ReplayBackend(RECORDING, loop=False)
+    for _ in range(12):
+        log.write(replay.snapshot())
+    log.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.1.jsonl", "run.2.jsonl", "run.jsonl"]
+    newest = read_recording(out)[0][-1]
+    assert newest.time == read_recording(RECORDING)[0][11].time
+
+
+def test_without_a_gpu_watch_says_so_once_and_logs_the_host(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "gpufly", "watch", "--count", "2", "--interval", "0.05", "--json"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(lines) == 2 and all(line["host"]["memory_total_bytes"] > 0 for line in lines)
+    if not lines[0]["gpus"]:
+        assert proc.stderr.count("no NVIDIA GPU to monitor on") == 1
+
+
+def test_bad_options_are_one_line_errors(tmp_path: Path) -> None:
+    with pytest.raises(GpuflyError, match="cannot tell the format"):
+        SampleLog(tmp_path / "x.txt")
+    with pytest.raises(GpuflyError, match="--rotate"):
+        SampleLog(tmp_path / "x.csv", rotate_bytes=0)
+    proc = subprocess.run([sys.executable, "-m", "gpufly", "watch", "--count", "-3"], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --count must be positive")
+    assert "Traceback" not in proc.stderr
