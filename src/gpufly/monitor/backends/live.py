@@ -23,6 +23,8 @@ from gpufly.monitor.backends.nvml import Nvml
 from gpufly.monitor.sample import GpuSample, HostSample, MigSample, ProcessSample, Snapshot
 
 LOST = "NVML_ERROR_GPU_IS_LOST"
+FIRST_CPU_INTERVAL_S = 0.1
+"""The shortest interval the first snapshot's CPU figures are measured over (psutil needs two readings)."""
 
 THROTTLE_REASON_BITS: dict[int, str] = {
     0x1: "gpu_idle",
@@ -195,6 +197,7 @@ class LiveBackend:
         self._driver = self._nvml.driver_version() if self._status.available else None
         self._cuda = self._nvml.cuda_driver_version() if self._status.available else None
         read_host()  # prime psutil's CPU counters so the first snapshot measures an interval
+        self._primed_at: float | None = time.monotonic()
 
     @property
     def gpu_status(self) -> str | None:
@@ -202,6 +205,9 @@ class LiveBackend:
         return None if self._status.available else self._status.reason
 
     def snapshot(self) -> Snapshot:
+        if self._primed_at is not None:  # psutil reads 0% CPU over an interval this short
+            time.sleep(max(0.0, FIRST_CPU_INTERVAL_S - (time.monotonic() - self._primed_at)))
+            self._primed_at = None
         gpus = self._read_gpus() if self._status.available else []
         return Snapshot(
             time=self._clock(),
