@@ -112,3 +112,17 @@ def test_bad_options_are_one_line_errors(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "gpufly", "watch", "--count", "-3"], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.startswith("error: --count must be positive")
     assert "Traceback" not in proc.stderr
+
+
+def test_a_stop_signal_during_a_write_waits_until_the_sample_is_counted() -> None:
+    from gpufly.cli.watch import _Stop, _StopSignals
+
+    with _StopSignals() as signals:
+        signals.begin_write()
+        signals._handle(signal.SIGTERM, None)  # arrives mid-write: held, not raised
+        assert signals.pending
+        with pytest.raises(_Stop):
+            signals.end_write()
+        signals.writing = False
+        with pytest.raises(_Stop):
+            signals._handle(signal.SIGINT, None)  # between samples: stops at once

@@ -16,11 +16,43 @@ from gpufly.errors import GpuflyError
 
 
 class _Stop(Exception):
-    """Raised from the SIGTERM handler so a `kill` ends the loop the way Ctrl-C does."""
+    """Raised from the signal handler so a `kill` ends the loop the way Ctrl-C does."""
 
 
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise _Stop
+class _StopSignals:
+    """SIGTERM and SIGINT end the loop, but never between writing a sample and counting it.
+
+    A signal that arrives while a sample is being written is held until the write is done, so
+    the closing "wrote N samples" always matches the file.
+    """
+
+    def __init__(self) -> None:
+        self.writing = False
+        self.pending = False
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> _StopSignals:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.writing:
+            self.pending = True
+        else:
+            raise _Stop
+
+    def begin_write(self) -> None:
+        self.writing = True
+
+    def end_write(self) -> None:
+        self.writing = False
+        if self.pending:
+            raise _Stop
 
 
 def _line(snapshot: object) -> str:
@@ -63,28 +95,29 @@ def watch(
 
     log = SampleLog(output, rotate_bytes=int(rotate * 1e6) if rotate is not None else None) if output else None
     backend = open_backend(replay, loop=True)
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     taken = 0
     try:
-        while count is None or taken < count:
-            started = time.monotonic()
-            snapshot = backend.snapshot()
-            if taken == 0 and (line := no_gpu_line(snapshot)):
-                error_console().print(line, markup=False)
-            if log is not None:
-                log.write(snapshot)
-            elif as_json:
-                sys.stdout.write(jsonl_lines(snapshot)[0])
-                sys.stdout.flush()
-            else:
-                print(_line(snapshot), flush=True)
-            taken += 1
-            if count is None or taken < count:
-                time.sleep(max(0.0, interval - (time.monotonic() - started)))
+        with _StopSignals() as signals:
+            while count is None or taken < count:
+                started = time.monotonic()
+                snapshot = backend.snapshot()
+                if taken == 0 and (line := no_gpu_line(snapshot)):
+                    error_console().print(line, markup=False)
+                signals.begin_write()
+                if log is not None:
+                    log.write(snapshot)
+                elif as_json:
+                    sys.stdout.write(jsonl_lines(snapshot)[0])
+                    sys.stdout.flush()
+                else:
+                    print(_line(snapshot), flush=True)
+                taken += 1
+                signals.end_write()
+                if count is None or taken < count:
+                    time.sleep(max(0.0, interval - (time.monotonic() - started)))
     except (KeyboardInterrupt, _Stop):
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
         backend.close()
         if log is not None:
             log.close()
