@@ -1,0 +1,69 @@
+"""`gpufly serve`: Prometheus metrics at /metrics and a small live dashboard at /, from one process."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
+import typer
+
+from gpufly.cli.render import error_console
+from gpufly.errors import GpuflyError
+
+
+class _Stop(Exception):
+    """Raised from the SIGTERM handler so `kill` stops the server the way Ctrl-C does."""
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise _Stop
+
+
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on; 0.0.0.0 lets other machines (Prometheus) in.")]
+    = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on (DCGM-exporter's is 9400); 0 picks a free one.")] = 9400,
+    interval: Annotated[float, typer.Option("--interval", "-i", help="Seconds between samples.")] = 1.0,
+    replay: Annotated[Path | None, typer.Option(help="Serve a recording (from `gpufly watch`) instead.")] = None,
+    show_cmdline: Annotated[bool, typer.Option("--show-cmdline", help="Include process command lines.")] = False,
+    history: Annotated[int, typer.Option(help="Samples of history kept per metric for the charts.")] = 600,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the URLs and settings as JSON at start.")] = False,
+) -> None:
+    """Serve Prometheus metrics (DCGM-exporter names) and a live web dashboard; read-only, until Ctrl-C."""
+    if interval <= 0:
+        raise GpuflyError(f"--interval must be positive, not {interval:g}", "for example --interval 1")
+    if history < 2:
+        raise GpuflyError(f"--history must be at least 2 samples, not {history}", "for example --history 600")
+    from gpufly.monitor.format import no_gpu_line
+    from gpufly.monitor.sampler import open_backend
+    from gpufly.monitor.server import MonitorServer, ServeConfig, WallClock
+
+    config = ServeConfig(host=host, port=port, interval_s=interval, show_cmdline=show_cmdline, history=history,
+                         source="replay" if replay else "live")
+    backend = open_backend(replay, loop=True)
+    try:
+        server = MonitorServer(WallClock(backend) if replay else backend, config)
+    except BaseException:
+        backend.close()
+        raise
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        first = server.start()
+        line = no_gpu_line(first)
+        if line:
+            error_console().print(line, markup=False)
+        if as_json:
+            print(json.dumps(server.describe() | {"gpu_status": first.gpu_status, "gpus": len(first.gpus)}),
+                  flush=True)
+        else:
+            print(f"serving {server.url} (dashboard) and {server.url}metrics (Prometheus); Ctrl-C stops",
+                  flush=True)
+        server.serve_forever()
+    except (KeyboardInterrupt, _Stop):
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        server.close()

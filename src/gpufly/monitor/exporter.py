@@ -1,0 +1,241 @@
+"""Prometheus metrics from the sampler's latest snapshot and history, named as DCGM-exporter names them.
+
+Where DCGM-exporter has a field, the metric carries its name, unit and labels (``gpu``, ``UUID``,
+``pci_bus_id``, ``device``, ``modelName``, ``GPU_I_PROFILE``/``GPU_I_ID`` for a MIG instance,
+``Hostname``, ``DCGM_FI_DRIVER_VERSION``), so the Grafana dashboards and alerts people already have
+keep working. Everything else is ``gpufly_*`` in Prometheus base units (bytes, seconds, joules, hertz).
+
+A field that is None (the card does not report it, or the GPU is lost) is left out for that GPU,
+never written as 0: a 0 would draw a real-looking line on a chart and fire no alert.
+
+The collector lives on its own ``CollectorRegistry``, so the process's default metrics (and
+anything else that registers globally) stay out of the GPU page.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.registry import CollectorRegistry
+
+from gpufly import __version__
+from gpufly.monitor.sample import GpuSample, MigSample, Snapshot
+from gpufly.monitor.sampler import History
+
+MIB = 1024**2
+
+GPU_LABELS: tuple[str, ...] = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname",
+                               "DCGM_FI_DRIVER_VERSION")
+"""DCGM-exporter's labels for a whole GPU, in its order (internal/pkg/rendermetrics/render_metrics.go)."""
+
+MIG_LABELS: tuple[str, ...] = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "GPU_I_PROFILE", "GPU_I_ID",
+                               "Hostname", "DCGM_FI_DRIVER_VERSION")
+"""A MIG instance adds its profile and GPU instance id; ``UUID`` stays the parent GPU's, as in DCGM-exporter."""
+
+
+@dataclass(frozen=True)
+class GpuField:
+    """One per-GPU gauge: its name, help text and how to read it (None: not emitted)."""
+
+    name: str
+    help: str
+    read: Callable[[GpuSample], float | None]
+
+
+def _scaled(attribute: str, factor: float) -> Callable[[GpuSample], float | None]:
+    def read(gpu: GpuSample) -> float | None:
+        value = getattr(gpu, attribute)
+        return None if value is None else value * factor
+
+    return read
+
+
+def _field(attribute: str) -> Callable[[GpuSample], float | None]:
+    return _scaled(attribute, 1.0)
+
+
+DCGM_FIELDS: tuple[GpuField, ...] = (
+    GpuField("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", _field("utilization_gpu_percent")),
+    GpuField("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", _field("utilization_memory_percent")),
+    GpuField("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", _scaled("memory_used_bytes", 1 / MIB)),
+    GpuField("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", _scaled("memory_free_bytes", 1 / MIB)),
+    GpuField("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", _field("power_w")),
+    GpuField("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", _field("temperature_c")),
+    GpuField("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", _field("sm_clock_mhz")),
+    GpuField("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", _field("memory_clock_mhz")),
+    GpuField("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ).",
+             _scaled("energy_j", 1000.0)),
+    GpuField("DCGM_FI_DEV_FAN_SPEED", "Fan speed (in %).", _field("fan_percent")),
+    GpuField("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors.",
+             _field("ecc_corrected_volatile")),
+    GpuField("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors.",
+             _field("ecc_uncorrected_volatile")),
+)
+"""DCGM's own names and units. All are gauges, as DCGM-exporter's text shows them under these exact names:
+a Prometheus counter would have to be renamed ``..._total`` and would no longer match existing queries."""
+
+GPUFLY_FIELDS: tuple[GpuField, ...] = (
+    GpuField("gpufly_gpu_power_limit_watts", "Enforced power limit, in watts.", _field("power_limit_w")),
+    GpuField("gpufly_gpu_memory_total_bytes", "GPU memory total, in bytes.", _field("memory_total_bytes")),
+    GpuField("gpufly_gpu_memory_used_bytes", "GPU memory used, in bytes.", _field("memory_used_bytes")),
+    GpuField("gpufly_gpu_sm_clock_hertz", "SM clock, in hertz.", _scaled("sm_clock_mhz", 1e6)),
+    GpuField("gpufly_gpu_sm_clock_max_hertz", "Maximum SM clock, in hertz.", _scaled("sm_clock_max_mhz", 1e6)),
+    GpuField("gpufly_gpu_memory_clock_max_hertz", "Maximum memory clock, in hertz.",
+             _scaled("memory_clock_max_mhz", 1e6)),
+    GpuField("gpufly_gpu_pcie_tx_bytes_per_second", "PCIe transmit throughput (NVML, sampled), in bytes per second.",
+             _field("pcie_tx_bytes_per_s")),
+    GpuField("gpufly_gpu_pcie_rx_bytes_per_second", "PCIe receive throughput (NVML, sampled), in bytes per second.",
+             _field("pcie_rx_bytes_per_s")),
+)
+"""What DCGM-exporter has no field for (or none in these units), in Prometheus base units."""
+
+MIG_FIELDS: tuple[tuple[str, str, Callable[[MigSample], float | None]], ...] = (
+    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).",
+     lambda m: None if m.memory_used_bytes is None else m.memory_used_bytes / MIB),
+    ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).",
+     lambda m: None if m.memory_used_bytes is None or m.memory_total_bytes is None
+     else (m.memory_total_bytes - m.memory_used_bytes) / MIB),
+)
+"""Per MIG instance, NVML reports memory only; utilization is not available inside MIG through NVML."""
+
+
+def gpu_labels(snapshot: Snapshot, gpu: GpuSample) -> dict[str, str]:
+    """DCGM-exporter's identity labels for one GPU; an unknown value is the empty string, as DCGM writes it."""
+    device = gpu.minor_number if gpu.minor_number is not None else gpu.index
+    return {
+        "gpu": str(gpu.index),
+        "UUID": gpu.uuid or "",
+        "pci_bus_id": gpu.pci_bus_id or "",
+        "device": f"nvidia{device}",
+        "modelName": gpu.name,
+        "Hostname": snapshot.hostname,
+        "DCGM_FI_DRIVER_VERSION": snapshot.driver_version or "",
+    }
+
+
+def _mig_labels(base: dict[str, str], mig: MigSample) -> dict[str, str]:
+    labels = {**base, "GPU_I_PROFILE": mig.profile or "",
+              "GPU_I_ID": "" if mig.gpu_instance_id is None else str(mig.gpu_instance_id)}
+    return {name: labels[name] for name in MIG_LABELS}
+
+
+class SnapshotCollector:
+    """A prometheus_client collector that turns the latest snapshot (and History's totals) into metric families.
+
+    It holds no numbers of its own: each scrape reads ``history.latest``, so a scrape never waits on NVML.
+    ``source`` says where the figures come from (``live`` or ``replay``), for ``gpufly_exporter_info``.
+    """
+
+    def __init__(self, history: History, source: str = "live") -> None:
+        self.history = history
+        self.source = source
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = self.history.latest
+        yield from self._about(snapshot)
+        if snapshot is None:
+            return
+        yield from self._gpu_families(snapshot)
+        yield from self._totals(snapshot)
+        yield from self._host(snapshot)
+
+    def describe(self) -> Iterable[Metric]:
+        """Nothing up front: the set of series depends on the snapshot, so registering must not call collect."""
+        return []
+
+    def _about(self, snapshot: Snapshot | None) -> Iterator[Metric]:
+        build = InfoMetricFamily("gpufly_build", "gpufly version and the Python it runs on.")
+        build.add_metric([], {"version": __version__, "python_version": platform.python_version()})
+        yield build
+        info = InfoMetricFamily("gpufly_exporter", "Where this exporter's figures come from.")
+        labels = {"source": self.source}
+        if snapshot is not None:
+            labels |= {"Hostname": snapshot.hostname, "driver_version": snapshot.driver_version or "",
+                       "cuda_driver_version": snapshot.cuda_driver_version or "",
+                       "gpu_status": snapshot.gpu_status or ""}
+        info.add_metric([], labels)
+        yield info
+        samples = CounterMetricFamily("gpufly_exporter_samples", "Snapshots taken since the exporter started.")
+        samples.add_metric([], float(self.history.samples))
+        yield samples
+        if snapshot is not None:
+            gpus = GaugeMetricFamily("gpufly_gpus", "GPUs seen in the latest snapshot, lost ones included.",
+                                     labels=["Hostname"])
+            gpus.add_metric([snapshot.hostname], float(len(snapshot.gpus)))
+            yield gpus
+
+    def _gpu_families(self, snapshot: Snapshot) -> Iterator[Metric]:
+        families: dict[str, GaugeMetricFamily] = {}
+
+        def family(name: str, help_text: str) -> GaugeMetricFamily:
+            if name not in families:
+                families[name] = GaugeMetricFamily(name, help_text, labels=list(GPU_LABELS))
+            return families[name]
+
+        lost = family("gpufly_gpu_lost", "1 when the GPU has fallen off the bus (NVML: GPU is lost), else 0.")
+        for gpu in snapshot.gpus:
+            base = gpu_labels(snapshot, gpu)
+            lost.add_metric([base[n] for n in GPU_LABELS], 1.0 if gpu.lost else 0.0)
+            if gpu.lost:
+                continue
+            for field in (*DCGM_FIELDS, *GPUFLY_FIELDS):
+                value = field.read(gpu)
+                if value is not None:
+                    family(field.name, field.help).add_metric([base[n] for n in GPU_LABELS], float(value))
+            for mig in gpu.mig:
+                for name, help_text, read in MIG_FIELDS:
+                    value = read(mig)
+                    if value is not None:
+                        # The per-instance series share the whole-GPU family: one name, more labels, as DCGM does.
+                        family(name, help_text).add_sample(name, _mig_labels(base, mig), float(value))
+        yield from families.values()
+
+    def _totals(self, snapshot: Snapshot) -> Iterator[Metric]:
+        energy = CounterMetricFamily("gpufly_gpu_energy_joules",
+                                     "Energy used since the exporter started, in joules (NVML's counter, else "
+                                     "power integrated over samples).", labels=list(GPU_LABELS))
+        throttle = CounterMetricFamily("gpufly_gpu_throttle_seconds",
+                                       "Seconds a slowdown reason (power cap, thermal, ...) was active since start.",
+                                       labels=[*GPU_LABELS, "reason"])
+        for gpu in snapshot.gpus:
+            if gpu.lost:
+                continue
+            base = [gpu_labels(snapshot, gpu)[n] for n in GPU_LABELS]
+            joules = self.history.energy_since_start_j(gpu.index)
+            if joules is not None:
+                energy.add_metric(base, joules)
+            for reason, seconds in sorted(self.history.throttle_seconds(gpu.index).items()):
+                throttle.add_metric([*base, reason], seconds)
+        yield energy
+        yield throttle
+
+    def _host(self, snapshot: Snapshot) -> Iterator[Metric]:
+        host = snapshot.host
+        values = (
+            ("gpufly_host_cpu_percent", "Host CPU use over all cores, in percent.", host.cpu_percent),
+            ("gpufly_host_memory_used_bytes", "Host RAM in use, in bytes.", host.memory_used_bytes),
+            ("gpufly_host_memory_total_bytes", "Host RAM, in bytes.", host.memory_total_bytes),
+            ("gpufly_host_swap_used_bytes", "Swap in use, in bytes.", host.swap_used_bytes),
+            ("gpufly_host_swap_total_bytes", "Swap, in bytes.", host.swap_total_bytes),
+        )
+        for name, help_text, value in values:
+            if value is not None:
+                fam = GaugeMetricFamily(name, help_text, labels=["Hostname"])
+                fam.add_metric([snapshot.hostname], float(value))
+                yield fam
+        if host.load_average:
+            load = GaugeMetricFamily("gpufly_host_load_average", "Load average over 1, 5 and 15 minutes.",
+                                     labels=["Hostname", "period"])
+            for period, value in zip(("1m", "5m", "15m"), host.load_average, strict=False):
+                load.add_metric([snapshot.hostname, period], float(value))
+            yield load
+
+
+def exporter_registry(history: History, source: str = "live") -> CollectorRegistry:
+    """A registry of its own holding only the snapshot collector (no process or platform metrics)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(history, source))
+    return registry

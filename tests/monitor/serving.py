@@ -1,0 +1,79 @@
+"""Start `gpufly serve` as a real process on a free loopback port, for the HTTP, browser and Prometheus tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+RECORDING = Path(__file__).parent.parent / "fixtures" / "monitor" / "two_gpus.jsonl"
+
+
+@dataclass
+class Served:
+    url: str
+    info: dict[str, Any]
+    process: subprocess.Popen[str]
+
+    def get(self, path: str, timeout: float = 10.0) -> tuple[int, str, str]:
+        with urllib.request.urlopen(self.url + path.lstrip("/"), timeout=timeout) as reply:
+            return reply.status, reply.headers.get("Content-Type", ""), reply.read().decode()
+
+    def json(self, path: str) -> Any:
+        return json.loads(self.get(path)[2])
+
+
+@contextmanager
+def serving(*args: str, replay: Path | None = RECORDING, interval: float = 0.1) -> Iterator[Served]:
+    """`gpufly serve --port 0 --json` (plus ``args``); yields once the first line says where it listens."""
+    command = [sys.executable, "-m", "gpufly", "serve", "--port", "0", "--json", "--interval", str(interval), *args]
+    if replay is not None:
+        command += ["--replay", str(replay)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline() if process.stdout else ""
+        if not line:
+            _, err = process.communicate(timeout=10)
+            raise AssertionError(f"gpufly serve did not start: {err}")
+        info = json.loads(line)
+        yield Served(info["url"], info, process)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def require_program(name: str) -> str:
+    """The program's path; without it, skip here but fail in CI (where .ci/run installs it)."""
+    path = shutil.which(name)
+    if path:
+        return path
+    reason = f"needs Debian's `{name}` package (apt-get install {name})"
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}: CI must install it (.ci/run does)")
+    pytest.skip(reason)
+
+
+def skip_if_this_machine_has_a_gpu() -> None:
+    """For the "no GPU here" tests: on a GPU machine they would see the GPU, rightly."""
+    from gpufly.monitor.backends.nvml import Nvml
+
+    nvml = Nvml()
+    if nvml.open().available:
+        with nvml:
+            if nvml.device_count() > 0:
+                pytest.skip("this machine has an NVIDIA GPU")
