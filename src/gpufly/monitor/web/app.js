@@ -30,6 +30,15 @@ function number(value, suffix = "") {
   return value === null || value === undefined ? "N/A" : `${Math.round(value)}${suffix}`;
 }
 
+// Returns add(label, text): appends "label <b>text</b>" to the container.
+function figureAdder(container) {
+  return (label, text) => {
+    const item = el("span");
+    item.append(`${label} `, el("b", {}, text));
+    container.append(item);
+  };
+}
+
 function el(tag, attrs = {}, text = null) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
@@ -94,11 +103,7 @@ function gpuCard(gpu, live, extras) {
   card.append(title);
   if (live && !gpu.lost) {
     const figures = el("div", { class: "figures" });
-    const add = (label, text) => {
-      const item = el("span");
-      item.append(`${label} `, el("b", {}, text));
-      figures.append(item);
-    };
+    const add = figureAdder(figures);
     add("util", number(live.utilization_gpu_percent, " %"));
     add("memory", `${bytes(live.memory_used_bytes)} / ${bytes(live.memory_total_bytes)}`);
     add("power", `${number(live.power_w, " W")} / ${number(live.power_limit_w, " W")}`);
@@ -152,11 +157,7 @@ function renderProcesses(snapshot, showCmdline) {
 function renderHost(host, series) {
   const figures = document.getElementById("host-figures");
   figures.replaceChildren();
-  const add = (label, text) => {
-    const item = el("span");
-    item.append(`${label} `, el("b", {}, text));
-    figures.append(item);
-  };
+  const add = figureAdder(figures);
   add("CPU", number(host.cpu_percent, " %"));
   add("RAM", `${bytes(host.memory_used_bytes)} / ${bytes(host.memory_total_bytes)}`);
   add("swap", `${bytes(host.swap_used_bytes)} / ${bytes(host.swap_total_bytes)}`);
