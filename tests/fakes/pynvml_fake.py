@@ -168,5 +168,11 @@ class FakePynvml:
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: int) -> list[SimpleNamespace]:
         return self._processes(handle, "nvmlDeviceGetGraphicsRunningProcesses", "graphics")
 
+    def nvmlDeviceGetProcessUtilization(self, handle: int, last_seen: int) -> list[SimpleNamespace]:
+        """Per-process samples newer than ``last_seen`` (fixture key ``process_utilization``: pid, sm, time)."""
+        entries = self._field(handle, "nvmlDeviceGetProcessUtilization", "process_utilization")
+        return [SimpleNamespace(pid=e["pid"], smUtil=e["sm"], memUtil=0, timeStamp=e["time"]) for e in entries
+                if e["time"] > last_seen]
+
     def set_processes(self, index: int, compute: list[dict[str, Any]], graphics: list[dict[str, Any]] = ()) -> None:
         self._data["devices"][index]["processes"] = {"compute": list(compute), "graphics": list(graphics)}

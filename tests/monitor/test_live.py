@@ -77,6 +77,21 @@ def test_processes_join_psutil_and_one_that_exited_is_skipped(fake: FakePynvml) 
         child.kill()
 
 
+def test_per_process_sm_share_takes_the_newest_sample_and_only_new_ones(fake: FakePynvml) -> None:
+    me = os.getpid()
+    fake.set_processes(0, [{"pid": me, "used_memory": 1024}])
+    device = fake._data["devices"][0]
+    device["process_utilization"] = [{"pid": me, "sm": 40, "time": 100}, {"pid": me, "sm": 55, "time": 200},
+                                     {"pid": 99999999, "sm": 70, "time": 150}]  # not in the process list
+    backend = LiveBackend(fake)
+    assert backend.snapshot().gpus[0].processes[0].gpu_sm_percent == 55.0
+    assert backend.snapshot().gpus[0].processes[0].gpu_sm_percent is None, "no sample since the last one"
+    device["process_utilization"].append({"pid": me, "sm": 12, "time": 300})
+    assert backend.snapshot().gpus[0].processes[0].gpu_sm_percent == 12.0
+    del device["process_utilization"]  # NotSupported, as in MIG mode
+    assert backend.snapshot().gpus[0].processes[0].gpu_sm_percent is None
+
+
 def test_no_driver_gives_the_host_and_one_line() -> None:
     snapshot = LiveBackend(FakePynvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND), hostname="box").snapshot()
     assert snapshot.gpus == []

@@ -33,6 +33,9 @@ class ProcessSample:
     rss_bytes: int | None = None
     container: str | None = None
     """Short container id from /proc/PID/cgroup (docker, containerd, podman, kubepods), where readable."""
+    gpu_sm_percent: float | None = None
+    """The process's share of SM time since the last sample (NVML process utilization); None where the
+    card or mode (MIG, vGPU) does not report it."""
 
 
 @dataclass

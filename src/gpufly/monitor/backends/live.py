@@ -194,6 +194,7 @@ class LiveBackend:
         self._clock = clock
         self._joiner = ProcessJoiner(proc_root)
         self._static: dict[int, _StaticFacts] = {}
+        self._util_seen: dict[int, int] = {}
         self._driver = self._nvml.driver_version() if self._status.available else None
         self._cuda = self._nvml.cuda_driver_version() if self._status.available else None
         read_host()  # prime psutil's CPU counters so the first snapshot measures an interval
@@ -330,6 +331,23 @@ class LiveBackend:
             memory_total_bytes=int(memory.total) if memory is not None else None,
         )
 
+    def _process_utilization(self, reader: _Reader, index: int) -> dict[int, float]:
+        """SM% per pid from NVML's samples newer than the last ones seen; empty where unsupported.
+
+        NVML keeps a short buffer of per-process samples; asking from the last timestamp seen gives the
+        ones since the previous snapshot, and a pid's latest sample is its figure for this interval.
+        """
+        since = self._util_seen.get(index, 0)
+        samples = reader.get(getattr(self._nvml.lib, "nvmlDeviceGetProcessUtilization", None), since) or []
+        latest: dict[int, tuple[int, float]] = {}
+        for sample in samples:
+            stamp = int(getattr(sample, "timeStamp", 0))
+            if stamp >= latest.get(int(sample.pid), (-1, 0.0))[0]:
+                latest[int(sample.pid)] = (stamp, float(sample.smUtil))
+        if latest:
+            self._util_seen[index] = max(stamp for stamp, _ in latest.values())
+        return {pid: value for pid, (_, value) in latest.items()}
+
     def _read_processes(self, reader: _Reader, index: int) -> list[ProcessSample]:
         lib = self._nvml.lib
         by_pid: dict[int, ProcessSample] = {}
@@ -344,5 +362,8 @@ class LiveBackend:
                                                       gpu_memory_bytes=memory)
                 else:
                     known.kind = "compute+graphics"
+        for pid, sm_percent in self._process_utilization(reader, index).items():
+            if pid in by_pid:
+                by_pid[pid].gpu_sm_percent = sm_percent
         joined = (self._joiner.join(sample) for sample in by_pid.values())
         return [sample for sample in joined if sample is not None]
