@@ -10,8 +10,10 @@ import gpufly.catalog.lookup
 import gpufly.errors
 import gpufly.monitor.backends.live
 import gpufly.monitor.format
+import gpufly.monitor.views
 
-MODULES = [gpufly.errors, gpufly.catalog.lookup, gpufly.monitor.format, gpufly.monitor.backends.live]
+MODULES = [gpufly.errors, gpufly.catalog.lookup, gpufly.monitor.format, gpufly.monitor.views,
+           gpufly.monitor.backends.live]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)

@@ -9,7 +9,7 @@ import typer
 from typer._click.exceptions import ClickException
 
 from gpufly import __version__
-from gpufly.cli import advise, bench, doctor, gpus, report, serve, watch
+from gpufly.cli import advise, bench, doctor, gpus, report, serve, top, watch
 from gpufly.cli.render import error_console
 from gpufly.errors import GpuflyError
 
@@ -29,6 +29,7 @@ app.command(name="models")(advise.models)
 app.command(name="doctor")(doctor.doctor)
 app.command(name="install")(doctor.install)
 app.command(name="bench")(bench.bench)
+app.command(name="top")(top.top)
 app.command(name="watch")(watch.watch)
 app.command(name="serve")(serve.serve)
 

@@ -1,0 +1,174 @@
+"""`gpufly top`: process order and filter, the Textual screen through its pilot, and `--once`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from gpufly.monitor.backends.replay import ReplayBackend
+from gpufly.monitor.sample import HostSample, Snapshot
+from gpufly.monitor.tui import GpuPanel, HelpScreen, TopApp
+from gpufly.monitor.views import ProcessView, bar, once_lines, sparkline
+
+RECORDING = Path(__file__).parent.parent / "fixtures" / "monitor" / "two_gpus.jsonl"
+
+# At sample 61 of the recording: alice (H100, 55.5 GiB, SM 92 %), bob (H100, 512 MiB, SM 3 %),
+# carol (A100 MIG, 10 GiB, CPU 12 %) and dave (A100 MIG, 18 GiB, CPU 45 %); MIG reports no SM share.
+BY_MEMORY = [4242, 7400, 7001, 5150]
+BY_UTILIZATION = [4242, 5150, 7400, 7001]  # SM share where known, then CPU% for the MIG processes
+BY_PID = [4242, 5150, 7001, 7400]
+
+
+def _replay_at(sample: int) -> ReplayBackend:
+    backend = ReplayBackend(RECORDING, loop=False)
+    for _ in range(sample):
+        backend.snapshot()
+    return backend
+
+
+def test_process_view_orders_and_filters() -> None:
+    snapshot = _replay_at(61).snapshot()
+    assert [p.pid for p in ProcessView("memory").rows(snapshot)] == BY_MEMORY
+    assert [p.pid for p in ProcessView("utilization").rows(snapshot)] == BY_UTILIZATION
+    assert [p.pid for p in ProcessView("pid").rows(snapshot)] == BY_PID
+    assert [p.pid for p in ProcessView("memory", "CAROL").rows(snapshot)] == [7001], "user, any case"
+    assert [p.pid for p in ProcessView("pid", "python").rows(snapshot)] == [4242, 7400], "process name"
+    assert ProcessView("pid", "nobody").rows(snapshot) == []
+
+
+def test_sparklines_scale_from_zero_to_the_cards_maximum() -> None:
+    assert set(sparkline([95.0, 96.0, 95.0], 100.0, 3)) == {"█"}, "steady and high reads as steady and high"
+    assert sparkline([10.0, 40.0, 70.0, 100.0], 100.0, 6) == "  ▂▄▆█"
+    assert sparkline(list(range(100)), None, 10) == sparkline(list(range(90, 100)), 99, 10)
+
+
+def test_bars_fill_in_eighths() -> None:
+    assert bar(0.25, 8) == "██░░░░░░"
+    assert bar(0.0625, 8) == "▌░░░░░░░"
+    assert len(bar(0.33, 20)) == 20
+
+
+def _run(app: TopApp, script: Callable[..., Awaitable[None]]) -> None:
+    async def main() -> None:
+        async with app.run_test(size=(180, 70)) as pilot:
+            await pilot.pause()
+            await script(pilot)
+
+    asyncio.run(main())
+
+
+def _screen_text(app: TopApp) -> str:
+    return "\n".join(str(static.render()) for static in app.query("Static"))
+
+
+def test_keys_change_the_sort_and_the_filter_and_the_screen_shows_the_rows() -> None:
+    app = TopApp(_replay_at(60), interval=0.5, autostart=False)
+
+    async def script(pilot) -> None:  # type: ignore[no-untyped-def]
+        assert app.shown_pids() == BY_MEMORY
+        await pilot.press("u")
+        assert app.shown_pids() == BY_UTILIZATION
+        await pilot.press("p")
+        assert app.shown_pids() == BY_PID
+        await pilot.press("m")
+        assert app.shown_pids() == BY_MEMORY
+        await pilot.press("slash", *"carol", "enter")
+        assert app.shown_pids() == [7001]
+        assert "filter 'carol'" in _screen_text(app)
+        await pilot.press("slash")
+        await pilot.press(*["backspace"] * 5, *"python", "enter")
+        await pilot.pause()
+        assert app.view.filter == "python"
+        assert app.shown_pids() == [4242, 7400]
+        await pilot.press("escape")
+        assert app.shown_pids() == BY_MEMORY
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("x")
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen)
+        text = _screen_text(app)
+        assert "GPU 0  NVIDIA H100 80GB HBM3" in text and "slowdown: power cap" in text
+        assert "GPU 1  NVIDIA A100-SXM4-80GB  MIG: 2 instances" in text
+        assert "host gpu-node-1" in text and "load 3.90 3.50 2.80" in text
+        await pilot.press("q")
+
+    _run(app, script)
+
+
+def test_a_lost_gpu_is_shown_lost_while_the_other_goes_on_and_sparklines_fill() -> None:
+    app = TopApp(_replay_at(100), interval=0.5, autostart=False)
+
+    async def script(pilot) -> None:  # type: ignore[no-untyped-def]
+        for _ in range(15):
+            app.step()
+            await pilot.pause()
+        h100 = app.query_one("#gpu-0", GpuPanel)
+        assert h100.has_class("lost")
+        assert "LOST" in str(app.query_one("#gpu-0-text").render())
+        assert "GPU 1  NVIDIA A100" in str(app.query_one("#gpu-1-text").render())
+        assert set(app.shown_pids()) == {7001, 7400}, "the lost GPU's processes are gone, the A100's remain"
+        history = str(app.query_one("#gpu-1-history").render())
+        assert history.startswith("util   " + " " * 40), "MIG: no utilization, an empty sparkline"
+        power = history.split("power  ")[1]
+        assert len(power) == 40 and len(power.strip()) == 16, "one cell per sample taken"
+
+    _run(app, script)
+
+
+class _NoGpu:
+    gpu_status = "NVML library not found (no NVIDIA driver installed)"
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(time=1.0, hostname="laptop", gpus=[], gpu_status=self.gpu_status,
+                        host=HostSample(cpu_percent=12.0, memory_used_bytes=2**30, memory_total_bytes=2**34))
+
+    def close(self) -> None:
+        pass
+
+
+def test_without_a_gpu_the_screen_says_so_and_shows_the_host() -> None:
+    app = TopApp(_NoGpu(), autostart=False)
+
+    async def script(pilot) -> None:  # type: ignore[no-untyped-def]
+        no_gpu = app.query_one("#no-gpu")
+        assert no_gpu.display
+        assert str(no_gpu.render()).startswith("no NVIDIA GPU to monitor on laptop: NVML library not found")
+        assert "host laptop" in str(app.query_one("#host").render())
+        assert app.shown_pids() == []
+
+    _run(app, script)
+
+
+def _gpufly(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpufly", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_once_prints_a_line_per_gpu_and_json_for_scripts() -> None:
+    done = _gpufly("top", "--once", "--replay", str(RECORDING))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines == once_lines(ReplayBackend(RECORDING).snapshot())
+    assert lines[1].startswith("[0] NVIDIA H100 80GB HBM3 | 40C, 15% |") and "alice/4242" in lines[1]
+    assert lines[-1].startswith("host  CPU 55%")
+    data = json.loads(_gpufly("top", "--once", "--json", "--replay", str(RECORDING)).stdout)
+    assert [g["name"] for g in data["gpus"]] == ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"]
+    assert data["gpus"][0]["slowdown"] == "none" and data["no_gpu_line"] is None
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--json"], "--json prints one snapshot, so it needs --once"),
+    (["--interval", "-1"], "--interval must be positive"),
+    ([], "needs a terminal"),  # stdout is a pipe here
+])
+def test_bad_use_is_one_line_with_a_hint(args: list[str], message: str) -> None:
+    done = _gpufly("top", *args)
+    assert done.returncode == 2 and message in done.stderr and "hint:" in done.stderr
+    assert "Traceback" not in done.stderr
