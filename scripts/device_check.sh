@@ -14,6 +14,10 @@ gpufly doctor --save "$OUT/facts.json" > "$OUT/doctor.txt" 2>&1
 gpufly report --json > "$OUT/report.json" 2>&1
 timeout 200 gpufly bench --save "$OUT/bench.json" > "$OUT/bench.txt" 2>&1
 echo "bench exit: $?" >> "$OUT/bench.txt"
+# The monitor on real NVML: one snapshot, a few recorded samples, what a sample costs.
+gpufly top --once --json > "$OUT/top_once.json" 2>&1
+gpufly watch --count 5 --interval 1 --output "$OUT/watch.jsonl" > "$OUT/watch.txt" 2>&1
+python benchmarks/monitor_overhead.py > "$OUT/monitor_overhead.txt" 2>&1
 timeout 300 pytest -m gpu -v > "$OUT/pytest_gpu.txt" 2>&1
 echo "pytest -m gpu exit: $?" >> "$OUT/pytest_gpu.txt"
 ls -la "$OUT"

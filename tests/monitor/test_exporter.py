@@ -82,3 +82,11 @@ def test_every_metric_in_the_grafana_dashboard_is_one_gpufly_serves() -> None:
     assert used <= served, f"the dashboard asks for series gpufly does not serve: {sorted(used - served)}"
     assert {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE"} <= used
     assert all(panel["datasource"]["uid"] == "${datasource}" for panel in dashboard["panels"])
+
+
+def test_every_emitted_metric_is_documented() -> None:
+    docs = (Path(__file__).parent.parent.parent / "docs" / "monitor.md").read_text()
+    served = set(_scrape(_replayed(40)))
+    # prometheus_client adds _total and _info suffixes to counters and info metrics; the docs name what is served
+    undocumented = sorted(name for name in served if f"`{name}`" not in docs)
+    assert not undocumented, f"docs/monitor.md does not list {undocumented}"

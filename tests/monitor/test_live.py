@@ -117,3 +117,20 @@ def test_container_id_from_cgroup(tmp_path: Path, cgroup: str, expected: str | N
     (tmp_path / "99" / "cgroup").write_text(cgroup + "\n")
     assert container_of(99, tmp_path) == expected
     assert container_of(12345, tmp_path) is None, "unreadable: None, not an error"
+
+
+@pytest.mark.gpu
+def test_real_nvml_reads_every_gpu_here() -> None:
+    backend = LiveBackend()
+    try:
+        backend.snapshot()
+        snapshot = backend.snapshot()
+    finally:
+        backend.close()
+    assert snapshot.gpus and snapshot.driver_version
+    for gpu in snapshot.gpus:
+        assert not gpu.lost and gpu.name and gpu.uuid and gpu.uuid.startswith(("GPU-", "MIG-"))
+        assert gpu.memory_total_bytes and gpu.memory_total_bytes > 2**30
+        assert gpu.memory_used_bytes is not None and 0 <= gpu.memory_used_bytes <= gpu.memory_total_bytes
+        assert gpu.temperature_c is None or 0 < gpu.temperature_c < 110
+        assert gpu.power_w is None or 0 < gpu.power_w <= (gpu.power_limit_w or 2000) * 1.2
