@@ -172,3 +172,14 @@ def test_bad_use_is_one_line_with_a_hint(args: list[str], message: str) -> None:
     done = _gpufly("top", *args)
     assert done.returncode == 2 and message in done.stderr and "hint:" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_once_without_a_gpu_says_so_in_one_line_and_shows_the_host() -> None:
+    from .serving import skip_if_this_machine_has_a_gpu
+
+    skip_if_this_machine_has_a_gpu()
+    done = _gpufly("top", "--once")
+    assert done.returncode == 0
+    assert [line for line in done.stderr.splitlines() if line] == [done.stderr.strip()]
+    assert done.stderr.startswith("no NVIDIA GPU to monitor on ") and "showing the host only" in done.stderr
+    assert done.stdout.splitlines()[-1].startswith("host  CPU ")
