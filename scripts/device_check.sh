@@ -18,6 +18,9 @@ echo "bench exit: $?" >> "$OUT/bench.txt"
 gpufly top --once --json > "$OUT/top_once.json" 2>&1
 gpufly watch --count 5 --interval 1 --output "$OUT/watch.jsonl" > "$OUT/watch.txt" 2>&1
 python benchmarks/monitor_overhead.py > "$OUT/monitor_overhead.txt" 2>&1
+# The profiler's overhead on the GPU (a short run).
+timeout 120 python benchmarks/profile_overhead.py --device cuda --rounds 5 > "$OUT/profile_overhead.txt" 2>&1
+echo "profile_overhead exit: $?" >> "$OUT/profile_overhead.txt"
 timeout 300 pytest -m gpu -v > "$OUT/pytest_gpu.txt" 2>&1
 echo "pytest -m gpu exit: $?" >> "$OUT/pytest_gpu.txt"
 ls -la "$OUT"

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -83,6 +84,8 @@ def _quick_bench() -> BenchRun:
 def report(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     bench: Annotated[bool, typer.Option("--bench", help="Add a quick benchmark of this machine.")] = False,
+    profile: Annotated[Path | None, typer.Option("--profile", help="Add a saved `gpufly profile --save` run.")]
+    = None,
 ) -> None:
     """Report on this machine: OS, CPU, RAM, each NVIDIA GPU with its catalog entry, the doctor's verdict,
     which popular models fit; with --bench, what the machine measures."""
@@ -94,10 +97,12 @@ def report(
     machine = probe_machine()
     rows = model_fit_rows(machine.gpu_types())
     findings = diagnose(probe_all())
+    profiled = _profile_summary(profile) if profile else None
     measured = _quick_bench() if bench else None
     if json_out:
         print_json({"schema_version": 1, "machine": machine.to_dict(), "models": [r.to_dict() for r in rows],
-                    "doctor": [f.to_dict() for f in findings], "bench": measured.to_dict() if measured else None})
+                    "doctor": [f.to_dict() for f in findings], "bench": measured.to_dict() if measured else None,
+                    "profile": profiled})
         return
     render_machine(machine)
     render_doctor_summary(findings, console())
@@ -109,3 +114,27 @@ def report(
         from gpufly.cli.bench import render_run
 
         render_run(measured, console())
+    if profiled is not None:
+        _render_profile(profiled)
+
+
+def _profile_summary(path: Path) -> dict[str, Any]:
+    from gpufly.profile.records import load_profile
+    from gpufly.profile.render import summary
+    from gpufly.profile.rules import diagnose
+
+    data = load_profile(path)
+    return summary(data, diagnose(data))
+
+
+def _render_profile(profiled: dict[str, Any]) -> None:
+    out = console()
+    median = profiled["median_step_s"]
+    step = "N/A" if median is None else f"{1000 * median:.1f} ms"
+    parts = ", ".join(f"{label} {100 * share:.0f}%" for label, share in profiled["breakdown"].items())
+    out.print(f"profile: {profiled['command'] or 'a profiled loop'}: {profiled['measured_steps']} steps, "
+              f"median {step} ({parts})", markup=False)
+    for finding in profiled["findings"][:3]:
+        out.print(f"  {finding['title']}: {finding['change']}", markup=False)
+    if not profiled["findings"]:
+        out.print("  no finding", markup=False)

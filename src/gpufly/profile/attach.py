@@ -1,0 +1,124 @@
+"""`gpufly profile script.py` / `module:function`: the profiler attached without a code change.
+
+Every DataLoader the code iterates goes through the profiler's timed iterator, and every optimizer
+step (torch's global step hooks) marks the end of a step; an inference loop without an optimizer
+gets one step per batch. The code runs in this process, as ``python script.py`` would run it, so a
+crash leaves the measurements up to it, and its exit code is kept.
+"""
+
+from __future__ import annotations
+
+import importlib
+import runpy
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext, redirect_stdout
+from pathlib import Path
+from typing import Any
+
+from gpufly.errors import GpuflyError
+from gpufly.profile.profiler import Profiler
+
+
+@contextmanager
+def attached(profiler: Profiler) -> Iterator[Profiler]:
+    """Route DataLoader iteration and optimizer steps through ``profiler`` while the block runs."""
+    import torch
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+    from torch.utils.data import DataLoader
+
+    original_iter = DataLoader.__iter__
+
+    def timed_iter(loader: Any) -> Iterator[Any]:
+        return profiler._timed(loader, lambda: original_iter(loader))
+
+    def after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+        profiler._optimizer_post(optimizer, args, kwargs)
+        profiler._boundary(time.perf_counter())
+
+    DataLoader.__iter__ = timed_iter  # type: ignore[method-assign,assignment]
+    hooks = [register_optimizer_step_pre_hook(profiler._optimizer_pre), register_optimizer_step_post_hook(after_step)]
+    try:
+        profiler._start()
+        yield profiler
+    finally:
+        DataLoader.__iter__ = original_iter  # type: ignore[method-assign]
+        for hook in hooks:
+            hook.remove()
+        del torch
+
+
+def resolve(target: str) -> tuple[str, Callable[[], Any]]:
+    """``path/train.py`` runs as __main__; ``package.module:function`` or ``file.py:function`` is called."""
+    script, _, function = target.rpartition(":") if target.count(":") == 1 and not Path(target).exists() else \
+        (target, "", "")
+    if not function:
+        path = Path(target)
+        if not path.is_file():
+            raise GpuflyError(f"no such script: {target}", "give a Python file (train.py) or module:function")
+        return str(path), lambda: runpy.run_path(str(path), run_name="__main__")
+    return target, _function(script, function)
+
+
+def _function(where: str, name: str) -> Callable[[], Any]:
+    if where.endswith(".py"):
+        path = Path(where)
+        if not path.is_file():
+            raise GpuflyError(f"no such file: {where}", "give file.py:function or package.module:function")
+        namespace = runpy.run_path(str(path), run_name=path.stem)
+        function = namespace.get(name)
+    else:
+        if str(Path.cwd()) not in sys.path:
+            sys.path.insert(0, str(Path.cwd()))
+        try:
+            module = importlib.import_module(where)
+        except ImportError as exc:
+            raise GpuflyError(f"cannot import {where}: {exc}", "run from the folder that holds the package, or "
+                              "give file.py:function") from None
+        function = getattr(module, name, None)
+    if not callable(function):
+        raise GpuflyError(f"{where} has no function {name!r}", f"define def {name}(): ... in {where}")
+    return function
+
+
+def _print_user_traceback(exc: BaseException) -> None:
+    """The traceback as ``python script.py`` would print it: the frames of gpufly and runpy left out."""
+    here = str(Path(__file__).resolve().parent.parent)
+    tb = exc.__traceback__
+    while tb is not None and (tb.tb_frame.f_code.co_filename.startswith(here)
+                              or "runpy" in tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
+
+
+def run(target: str, args: list[str], profiler: Profiler, quiet_stdout: bool = False) -> int:
+    """Run the target under the profiler; returns its exit code (0, its SystemExit code, 1 on an exception).
+
+    ``quiet_stdout`` sends the code's own prints to stderr, so `--json` output stays one document.
+    """
+    label, call = resolve(target)
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = [label, *args]
+    if label.endswith(".py"):
+        sys.path.insert(0, str(Path(label).resolve().parent))
+    code, crash = 0, None
+    try:
+        with attached(profiler), redirect_stdout(sys.stderr) if quiet_stdout else nullcontext():
+            call()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if code:
+            crash = exc
+    except KeyboardInterrupt as exc:
+        code, crash = 130, exc
+    except Exception as exc:  # the user's code failed: show its traceback, keep what was measured
+        _print_user_traceback(exc)
+        code, crash = 1, exc
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+    data = profiler.finish(crash)
+    data.exit_code = code
+    data.command = " ".join([target, *args])
+    return code

@@ -1,0 +1,182 @@
+"""The profiler's output: a Rich summary (step-time bar, findings first), JSON, and a standalone HTML page."""
+
+from __future__ import annotations
+
+import html
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from gpufly.profile.records import ProfileData
+from gpufly.profile.rules import Finding
+
+PARTS: tuple[tuple[str, str, str], ...] = (
+    ("data_wait_s", "data wait", "#e57373"),
+    ("h2d_s", "host→device", "#ffb74d"),
+    ("forward_s", "forward", "#4fc3f7"),
+    ("backward_s", "backward", "#7986cb"),
+    ("optimizer_s", "optimizer", "#81c784"),
+)
+"""The step's parts, in the order a step runs; what is left is "other" (Python work, logging, the loss)."""
+
+
+def breakdown(data: ProfileData) -> list[tuple[str, float, str]]:
+    """(label, share of step time, colour) for each part seen, and "other" for the rest."""
+    parts = []
+    for attribute, label, colour in PARTS:
+        share = data.share(attribute)
+        if share is not None and share > 0:
+            parts.append((label, share, colour))
+    rest = 1.0 - sum(share for _, share, _ in parts)
+    if rest > 0.005:
+        parts.append(("other", rest, "#90a4ae"))
+    return parts
+
+
+def summary(data: ProfileData, findings: list[Finding]) -> dict[str, Any]:
+    """The figures the views show, as one dict (also the `--json` document, with the raw steps)."""
+    steps = data.measured
+    samples = sum(s.batch_size or 0 for s in steps)
+    wall = sum(s.wall_s for s in steps)
+    return {
+        "schema_version": 1,
+        "command": data.command,
+        "steps": len(data.steps),
+        "measured_steps": len(steps),
+        "median_step_s": data.median("wall_s"),
+        "samples_per_s": samples / wall if samples and wall else None,
+        "breakdown": {label: share for label, share, _ in breakdown(data)},
+        "syncs_per_step": sum(s.syncs for s in steps) / len(steps) if steps else None,
+        "settings": asdict(data.settings),
+        "findings": [asdict(f) for f in findings],
+        "crash": data.crash,
+        "exit_code": data.exit_code,
+    }
+
+
+def emit(data: ProfileData, as_json: bool = False, html: str | Path | None = None, save: str | Path | None = None,
+         quiet: bool = False) -> list[Finding]:
+    """Diagnose, then print (Rich or JSON unless ``quiet``), write the HTML page and the measurements as asked."""
+    from gpufly.profile.rules import diagnose
+
+    findings = diagnose(data)
+    if as_json:
+        print_json_report(data, findings)
+    elif not quiet:
+        print_report(data, findings)
+    if html is not None:
+        write_html(Path(html), data, findings)
+    if save is not None:
+        Path(save).write_text(json.dumps(data.to_dict(), indent=1) + "\n")
+    return findings
+
+
+def print_json_report(data: ProfileData, findings: list[Finding]) -> None:
+    document = summary(data, findings) | {"measurements": data.to_dict()}
+    sys.stdout.write(json.dumps(document, indent=2) + "\n")
+
+
+def print_report(data: ProfileData, findings: list[Finding], width: int = 60) -> None:
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console()
+    facts = summary(data, findings)
+    if not data.steps:
+        console.print("gpufly profile: no complete step was measured" +
+                      (f" (the loop stopped: {data.crash})" if data.crash else ""), markup=False)
+        return
+    s = data.settings
+    head = (f"{facts['measured_steps']} steps measured ({len(data.steps) - facts['measured_steps']} warm-up) on "
+            f"{s.gpu_name or s.device}; median step {1000 * (facts['median_step_s'] or 0):.1f} ms")
+    if facts["samples_per_s"]:
+        head += f", {facts['samples_per_s']:,.0f} samples/s"
+    console.print(head, markup=False)
+    bar = Text()
+    legend = Text()
+    for label, share, colour in breakdown(data):
+        cells = max(1, round(share * width))
+        bar.append("█" * cells, style=colour)
+        legend.append("■ ", style=colour)
+        legend.append(f"{label} {100 * share:.0f}%   ")
+    console.print(bar)
+    console.print(legend)
+    console.print(f"settings: dtype {s.model_dtype or 'N/A'}, autocast {s.autocast or 'off'}, batch {s.batch_size}, "
+                  f"workers {s.num_workers}, pin_memory {s.pin_memory}, TF32 {s.tf32_matmul}, "
+                  f"cudnn.benchmark {s.cudnn_benchmark}, compiled {s.compiled}, channels_last {s.channels_last}",
+                  markup=False, style="dim")
+    if data.crash:
+        console.print(f"the loop stopped with {data.crash}; the measurements above go up to it", markup=False,
+                      style="yellow")
+    if not findings:
+        console.print("No finding: nothing here holds the loop back by the profiler's rules.", style="green")
+        return
+    for number, finding in enumerate(findings, 1):
+        console.print(Text(f"\n{number}. {finding.title}", style="bold"))
+        console.print(Text(f"   seen:   {finding.seen}"))
+        console.print(Text(f"   why:    {finding.why}"))
+        console.print(Text(f"   change: {finding.change}", style="cyan"))
+        if finding.gain:
+            console.print(Text(f"   gain:   {finding.gain}"))
+
+
+def write_html(path: Path, data: ProfileData, findings: list[Finding]) -> None:
+    """One self-contained page: the step-time chart (data wait against the rest), the breakdown, the findings."""
+    facts = summary(data, findings)
+    path.write_text(_page(data, findings, facts), encoding="utf-8")
+
+
+def _step_chart(data: ProfileData, width: int = 900, height: int = 220) -> str:
+    steps = data.steps
+    if not steps:
+        return "<p>No step measured.</p>"
+    top = max(s.wall_s for s in steps) or 1.0
+    bar_w = width / len(steps)
+    rects = []
+    for i, step in enumerate(steps):
+        x = i * bar_w
+        total_h = step.wall_s / top * (height - 20)
+        wait_h = min(step.data_wait_s, step.wall_s) / top * (height - 20)
+        opacity = "0.45" if step.warmup else "1"
+        rects.append(f'<rect class="step" x="{x:.2f}" y="{height - total_h:.2f}" width="{max(bar_w - 1, 0.5):.2f}" '
+                     f'height="{total_h - wait_h:.2f}" fill="#4fc3f7" opacity="{opacity}"/>')
+        rects.append(f'<rect class="wait" x="{x:.2f}" y="{height - wait_h:.2f}" width="{max(bar_w - 1, 0.5):.2f}" '
+                     f'height="{wait_h:.2f}" fill="#e57373" opacity="{opacity}"/>')
+    label = f'<text x="4" y="14" fill="#8a96a3" font-size="12">max {1000 * top:.1f} ms</text>'
+    return (f'<svg id="steps" viewBox="0 0 {width} {height}" width="100%" height="{height}" '
+            f'data-steps="{len(steps)}">{label}{"".join(rects)}</svg>')
+
+
+def _page(data: ProfileData, findings: list[Finding], facts: dict[str, Any]) -> str:
+    parts = "".join(f'<span style="flex:{share:.4f};background:{colour}" title="{html.escape(label)}">'
+                    f'{html.escape(label)} {100 * share:.0f}%</span>' for label, share, colour in breakdown(data))
+    items = "".join(
+        f"<li><b>{html.escape(f.title)}</b><br>seen: {html.escape(f.seen)}<br>why: {html.escape(f.why)}<br>"
+        f"<code>{html.escape(f.change)}</code>" + (f"<br>gain: {html.escape(f.gain)}" if f.gain else "") + "</li>"
+        for f in findings) or "<li>No finding.</li>"
+    median = facts["median_step_s"]
+    crash = f"<p class='crash'>The loop stopped: {html.escape(data.crash)}</p>" if data.crash else ""
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>gpufly profile</title>
+<style>
+body {{ font: 14px/1.45 system-ui, sans-serif; background: #0f1419; color: #e6e9ee; margin: 2em; }}
+.bar {{ display: flex; height: 28px; border-radius: 4px; overflow: hidden; margin: 0.5em 0 1.5em; }}
+.bar span {{ color: #111; font-size: 12px; padding: 6px; white-space: nowrap; overflow: hidden; }}
+li {{ margin-bottom: 1em; }} code {{ color: #80deea; }} .crash {{ color: #ffb74d; }}
+svg {{ background: #171d24; border-radius: 6px; }}
+</style></head><body>
+<h1>gpufly profile</h1>
+<p>{facts['measured_steps']} steps measured of {facts['steps']}; median step
+{"N/A" if median is None else f"{1000 * median:.1f} ms"}; device {html.escape(str(data.settings.gpu_name or
+data.settings.device))}.</p>
+{crash}
+<h2>Step time (red: waiting for data; faded: warm-up)</h2>
+{_step_chart(data)}
+<h2>Where a step goes</h2>
+<div class="bar">{parts}</div>
+<h2>Findings</h2>
+<ol id="findings">{items}</ol>
+</body></html>
+"""

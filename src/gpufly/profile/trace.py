@@ -1,0 +1,40 @@
+"""A short torch.profiler window, summarized: kernel count and length, device busy time, the top entries.
+
+The profiler's raw trace is large and hard to read; the diagnosis needs only a few figures from it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from gpufly.profile.records import TraceSummary
+
+
+def summarize(trace: Any, steps: int, window_s: float, cuda: bool) -> TraceSummary:
+    """From a finished ``torch.profiler.profile``: on CUDA its kernels, on CPU its top operators."""
+    events = list(trace.events())
+    if cuda:
+        kernels = [e for e in events if _is_kernel(e)]
+        durations = [e.device_time_total for e in kernels]  # microseconds
+        busy = sum(durations) / 1e6
+        median = statistics.median(durations) if durations else None
+        top = _top(kernels, lambda e: e.device_time_total)
+        return TraceSummary(steps=steps, window_s=window_s, device_busy_s=busy, kernels=len(kernels),
+                            median_kernel_us=median, top=top)
+    ops = [e for e in events if e.device_type.name == "CPU"]
+    return TraceSummary(steps=steps, window_s=window_s, top=_top(ops, lambda e: e.self_cpu_time_total))
+
+
+def _is_kernel(event: Any) -> bool:
+    return event.device_type.name == "CUDA" and event.device_time_total > 0
+
+
+def _top(events: list[Any], time_of: Any, n: int = 8) -> list[tuple[str, float, int]]:
+    totals: dict[str, list[float]] = {}
+    for event in events:
+        entry = totals.setdefault(event.name, [0.0, 0])
+        entry[0] += time_of(event) / 1000.0
+        entry[1] += 1
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1][0])[:n]
+    return [(name[:80], round(ms, 3), int(calls)) for name, (ms, calls) in ranked]

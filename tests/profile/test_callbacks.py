@@ -1,0 +1,88 @@
+"""The Hugging Face and Lightning callbacks, each with its library when installed."""
+
+from __future__ import annotations
+
+import importlib.util
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def _loop(model: torch.nn.Module, steps: int = 8) -> None:
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in DataLoader(TensorDataset(torch.randn(4 * steps, 8), torch.randn(4 * steps, 1)), batch_size=4):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def test_the_trainer_callback_profiles_from_train_begin_to_train_end() -> None:
+    transformers = pytest.importorskip("transformers")
+    from gpufly.profile.callbacks import hf_callback
+
+    callback = hf_callback(report=False)
+    assert isinstance(callback, transformers.TrainerCallback)
+    model = torch.nn.Linear(8, 1)
+    state, control = transformers.TrainerState(), transformers.TrainerControl()
+    callback.on_train_begin(SimpleNamespace(per_device_train_batch_size=4), state, control, model=model)
+    _loop(model)  # what Trainer's inner loop does: iterate a DataLoader, step the optimizer
+    callback.on_train_end(SimpleNamespace(), state, control)
+    data = callback.profiler.data
+    assert len(data.steps) == 8 and data.settings.batch_size == 4 and data.settings.model_dtype == "float32"
+    assert all(s.optimizer_s is not None and s.data_wait_s > 0 for s in data.steps)
+    _loop(model, 2)
+    assert len(data.steps) == 8, "detached after train end"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("accelerate") is None, reason="Trainer needs accelerate")
+def test_a_real_trainer_run() -> None:  # pragma: no cover - runs where accelerate is installed
+    import transformers
+
+    from gpufly.profile.callbacks import hf_callback
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(8, 1)
+
+        def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+            return {"loss": torch.nn.functional.mse_loss(self.linear(x), labels)}
+
+    rows = [{"x": torch.randn(8), "labels": torch.randn(1)} for _ in range(64)]
+    args = transformers.TrainingArguments(output_dir="/tmp/gpufly-hf", per_device_train_batch_size=8, max_steps=8,
+                                          report_to=[], use_cpu=True, save_strategy="no", logging_strategy="no")
+    callback = hf_callback(report=False)
+    transformers.Trainer(model=Tiny(), args=args, train_dataset=rows, callbacks=[callback]).train()
+    assert len(callback.profiler.data.steps) == 8
+
+
+def test_the_lightning_callback() -> None:
+    if importlib.util.find_spec("lightning") is None and importlib.util.find_spec("pytorch_lightning") is None:
+        pytest.skip("needs lightning (pip install lightning)")
+    try:
+        import lightning.pytorch as pl
+    except ImportError:
+        import pytorch_lightning as pl
+
+    from gpufly.profile.callbacks import lightning_callback
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(8, 1)
+
+        def training_step(self, batch: list[torch.Tensor], index: int) -> torch.Tensor:
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.linear(x), y)
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    callback = lightning_callback(report=False)
+    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+    pl.Trainer(max_steps=8, callbacks=[callback], logger=False, enable_checkpointing=False,
+               enable_progress_bar=False, accelerator="cpu").fit(Module(), loader)
+    assert len(callback.profiler.data.steps) == 8

@@ -1,0 +1,84 @@
+"""Real loops on the CPU: input-bound, sync points, a clean loop with no false alarm, a leak."""
+
+from __future__ import annotations
+
+import torch
+
+from gpufly.profile.rules import diagnose
+
+from . import loops
+
+
+def _rules(prof) -> list[str]:  # type: ignore[no-untyped-def]
+    return [f.rule for f in diagnose(prof.data)]
+
+
+def test_an_input_bound_loop_is_diagnosed_and_more_workers_cut_the_wait() -> None:
+    slow = loops.input_bound(num_workers=0)
+    findings = diagnose(slow.data)
+    assert findings[0].rule == "input_bound", [f.rule for f in findings]
+    assert "num_workers" in findings[0].change and "num_workers=0" in findings[0].seen
+    assert slow.data.share("data_wait_s") > 0.5
+    assert slow.data.settings.num_workers == 0 and slow.data.settings.batch_size == 16
+    fixed = loops.input_bound(num_workers=2)  # the advice applied (this machine has 2 cores)
+    before, after = slow.data.median("data_wait_s"), fixed.data.median("data_wait_s")
+    assert before is not None and after is not None
+    assert after < 0.75 * before, f"data wait {1000 * before:.1f} ms -> {1000 * after:.1f} ms"
+
+
+def test_item_every_step_is_diagnosed_as_sync_points() -> None:
+    prof = loops.clean(item_every_step=True)
+    assert "sync_points" in _rules(prof)
+    assert prof.data.sync_calls == {".item()": len(prof.data.steps)}, "Adam's own .item() calls are not counted"
+
+
+def test_a_clean_loop_gets_no_false_alarm() -> None:
+    prof = loops.clean()
+    assert _rules(prof) == []
+    data = prof.data
+    assert len(data.steps) == 30 and len(data.measured) == 27
+    assert all(s.forward_s and s.backward_s and s.optimizer_s for s in data.measured)
+    assert data.settings.model_dtype == "float32" and data.settings.autocast is None
+    assert sum(s.syncs for s in data.steps) == 0
+
+
+def test_a_leaking_loop_is_caught() -> None:
+    prof = loops.leaking()
+    finding = next(f for f in diagnose(prof.data) if f.rule == "memory_creep")
+    assert "MiB per step" in finding.seen and "loss.item()" in finding.change
+
+
+def test_the_profiler_restores_what_it_wrapped() -> None:
+    before = {name: torch.Tensor.__dict__.get(name) for name in ("item", "tolist", "cpu", "numpy")}
+    loops.clean()
+    assert {name: torch.Tensor.__dict__.get(name) for name in before} == before
+    assert torch.tensor(3.0).item() == 3.0
+
+
+def test_step_as_a_marker_and_autocast_are_seen() -> None:
+    import gpufly
+
+    model = torch.nn.Linear(8, 8)
+    prof = gpufly.Profiler(warmup=0).watch(model)
+    for x in prof.loader([torch.randn(4, 8) for _ in range(6)]):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            model(x)
+        prof.step()
+    data = prof.finish()
+    assert len(data.steps) == 6 and data.settings.autocast == "bfloat16"
+    assert all(s.batch_size == 4 for s in data.steps)
+
+
+def test_a_trace_window_is_summarized_not_dumped() -> None:
+    import gpufly
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
+    prof = gpufly.Profiler(warmup=2, trace_steps=3)
+    for x in prof.loader([torch.randn(32, 64) for _ in range(10)]):
+        with prof.step():
+            model(x).sum().backward()
+    trace = prof.finish().trace
+    assert trace is not None and trace.steps == 3 and trace.window_s > 0
+    names = [name for name, _, _ in trace.top]
+    assert any("addmm" in name or "linear" in name for name in names), names
+    assert all(ms >= 0 and calls > 0 for _, ms, calls in trace.top)
