@@ -30,6 +30,11 @@ def test_item_every_step_is_diagnosed_as_sync_points() -> None:
     prof = loops.clean(item_every_step=True)
     assert "sync_points" in _rules(prof)
     assert prof.data.sync_calls == {".item()": len(prof.data.steps)}, "Adam's own .item() calls are not counted"
+    gap = prof.data.median("sync_gap_s")
+    wall = prof.data.median("wall_s")
+    assert gap is not None and wall is not None and 0 < gap < wall, "the .item() comes after the step's work"
+    finding = next(f for f in diagnose(prof.data) if f.rule == "sync_points")
+    assert "of CPU work between syncs" in finding.seen
 
 
 def test_a_clean_loop_gets_no_false_alarm() -> None:

@@ -15,6 +15,7 @@ optimizer step, or, with none of those, the next fetch from the loader).
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import time
 from collections import Counter
@@ -79,6 +80,8 @@ class Profiler:
         self._cuda = False
         self._process: Any = None
         self._statm = None
+        self._sync_gaps: list[float] = []
+        self._last_sync_at: float | None = None
 
     # -- the user's two lines ------------------------------------------------------------------
 
@@ -172,10 +175,23 @@ class Profiler:
         record.wall_s = at - self._last_boundary
         record.warmup = record.index < self.warmup
         record.memory_bytes = self._memory_reading()
+        if self._sync_gaps:
+            record.sync_gap_s = statistics.median(self._sync_gaps)
+            self._sync_gaps.clear()
+        self._last_sync_at = None
         self.data.steps.append(record)
         self._last_boundary = at
         self._current = StepRecord(index=record.index + 1, wall_s=0.0)
         self._advance_trace()
+
+    def _count_sync(self) -> None:
+        """One more sync in this step, and the CPU time since the previous one (or the step's start)."""
+        now = time.perf_counter()
+        since = self._last_sync_at if self._last_sync_at is not None else self._last_boundary
+        if since is not None:
+            self._sync_gaps.append(now - since)
+        self._last_sync_at = now
+        self._current.syncs += 1
 
     def _reset_step(self) -> None:
         self._current = StepRecord(index=len(self.data.steps), wall_s=0.0,
@@ -244,7 +260,7 @@ class Profiler:
                 on_device = tensor.is_cuda
                 if (on_device or not (gpu_only or current._cuda)) and not _called_from_torch():
                     counter[f".{method}()"] += 1
-                    current._current.syncs += 1
+                    current._count_sync()
                 return original(tensor, *args, **kwargs)
 
             counted.__wrapped__ = original  # type: ignore[attr-defined]
@@ -259,7 +275,7 @@ class Profiler:
 
             def synchronize(*args: Any, **kwargs: Any) -> Any:
                 counter["torch.cuda.synchronize()"] += 1
-                current._current.syncs += 1
+                current._count_sync()
                 return original_sync(*args, **kwargs)
 
             self._patched["cuda.synchronize"] = original_sync

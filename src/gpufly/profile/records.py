@@ -31,6 +31,9 @@ class StepRecord:
     syncs: int = 0
     """Calls that make the host wait for the device: ``.item()``, ``.tolist()``, ``.cpu()``/``.numpy()`` of a
     GPU tensor, ``torch.cuda.synchronize()``."""
+    sync_gap_s: float | None = None
+    """Median CPU-side time between consecutive syncs in the step (from its start to the first, then between);
+    short gaps mean the host keeps stopping to wait instead of queuing work ahead."""
     memory_bytes: int | None = None
     """Peak GPU memory allocated during the step (CUDA), or the process RSS at its end (CPU)."""
     batch_size: int | None = None

@@ -108,9 +108,11 @@ def sync_points(data: ProfileData, t: Thresholds) -> Finding | None:
         return None
     calls = ", ".join(f"{name} x{count}" for name, count in sorted(data.sync_calls.items(), key=lambda kv: -kv[1]))
     on_gpu = data.settings.device.startswith("cuda")
+    gap = data.median("sync_gap_s")
+    between = f"; median {_ms(gap)} of CPU work between syncs" if gap is not None else ""
     return Finding(
         "sync_points", "Host-device syncs in the loop",
-        f"{per_step:.1f} sync calls per step ({calls})",
+        f"{per_step:.1f} sync calls per step ({calls}){between}",
         "each one makes the CPU wait until the GPU has finished all queued work, so the CPU cannot queue the "
         "next kernels ahead" + ("" if on_gpu else "; on this CPU run they are cheap, on a GPU each one stalls"),
         "keep losses and metrics as tensors and call .item() every N steps (or accumulate with "
