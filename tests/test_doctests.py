@@ -11,8 +11,9 @@ import gpufly.errors
 import gpufly.monitor.backends.live
 import gpufly.monitor.format
 import gpufly.monitor.views
+import gpufly.tune.engine
 
-MODULES = [gpufly.errors, gpufly.catalog.lookup, gpufly.monitor.format, gpufly.monitor.views,
+MODULES = [gpufly.errors, gpufly.catalog.lookup, gpufly.monitor.format, gpufly.monitor.views, gpufly.tune.engine,
            gpufly.monitor.backends.live]
 
 

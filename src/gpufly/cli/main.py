@@ -9,7 +9,7 @@ import typer
 from typer._click.exceptions import ClickException
 
 from gpufly import __version__
-from gpufly.cli import advise, bench, doctor, gpus, profile, report, serve, top, watch
+from gpufly.cli import advise, bench, doctor, gpus, profile, report, serve, top, tune, watch
 from gpufly.cli.render import error_console
 from gpufly.errors import GpuflyError
 
@@ -30,6 +30,7 @@ app.command(name="doctor")(doctor.doctor)
 app.command(name="install")(doctor.install)
 app.command(name="bench")(bench.bench)
 app.command(name="top")(top.top)
+app.command(name="tune")(tune.tune)
 # The script's own options follow it untouched: `gpufly profile --json train.py --epochs 2`.
 app.command(name="profile", context_settings={"ignore_unknown_options": True})(profile.profile)
 app.command(name="watch")(watch.watch)

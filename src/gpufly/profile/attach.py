@@ -59,10 +59,11 @@ def resolve(target: str) -> tuple[str, Callable[[], Any]]:
         if not path.is_file():
             raise GpuflyError(f"no such script: {target}", "give a Python file (train.py) or module:function")
         return str(path), lambda: runpy.run_path(str(path), run_name="__main__")
-    return target, _function(script, function)
+    return target, load_function(script, function)
 
 
-def _function(where: str, name: str) -> Callable[[], Any]:
+def load_function(where: str, name: str) -> Callable[..., Any]:
+    """``name`` from ``file.py`` or an importable module, with one-line errors for each way it can be missing."""
     if where.endswith(".py"):
         path = Path(where)
         if not path.is_file():

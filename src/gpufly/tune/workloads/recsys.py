@@ -199,3 +199,31 @@ def describe() -> dict[str, Any]:
     shape = RecsysShape()
     return {"rows": shape.rows, "sparse_features": shape.sparse, "table_rows": shape.table_rows, "dim": shape.dim,
             "embedding_parameters": shape.sparse * shape.table_rows * shape.dim}
+
+
+def workload(options: dict[str, Any]) -> Any:
+    """The tuner's view: options ``batched``, ``sparse``, ``fused`` (each off in the naive baseline)."""
+    from gpufly.tune.workload import Workload, WorkloadOption
+
+    shape = RecsysShape(rows=options.get("rows", 65_536))
+    log = ClickLog(shape)
+    batched = bool(options.get("batched"))
+    sparse = bool(options.get("sparse"))
+    batch_size = int(options.get("batch_size", 256))
+    model = DLRM(shape, fused=bool(options.get("fused")), sparse=sparse)
+
+    def loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+        return nn.functional.binary_cross_entropy_with_logits(model(batch), batch.labels)
+
+    return Workload(
+        name="recsys", model=model,
+        dataset=BatchedDataset(log, batch_size) if batched else PerSampleDataset(log),
+        loss=loss, batch_size=256, collate=None if batched else collate_per_sample,
+        optimizer=lambda m: optimizers(m, lr=1e-3, sparse=sparse), batch_sampler_dataset=batched,
+        options=(
+            WorkloadOption("batched", [False, True], "data", "one __getitem__ returns a whole batch by slicing"),
+            WorkloadOption("sparse", [False, True], "compute", "sparse embedding gradients with SparseAdam",
+                           "SparseAdam keeps moments per touched row only; checked by the probe loss"),
+            WorkloadOption("fused", [False, True], "compute", "all tables in one EmbeddingBag"),
+        ),
+    )

@@ -1,0 +1,197 @@
+"""The tuner's search: trials in subprocesses, results written after each one, a greedy combination.
+
+A trial is a configuration (knob name to value). Each runs in its own Python process with a
+timeout (``gpufly.tune.worker``), so an out-of-memory error, a compile failure or a hang becomes a
+recorded result and the search goes on. Results are appended to a JSONL file as each trial ends,
+so Ctrl-C keeps them and ``resume`` skips the trials already done.
+
+Search: the baseline; then each knob alone from the baseline; the ones that helped and stayed safe
+are combined greedily, fastest first, each kept only if the combination measures faster. Every trial
+trains on the same samples in the same order (a larger batch takes fewer steps), then measures its
+loss on the same fixed probe batches; a trial whose probe loss drifts from the baseline's beyond
+the tolerance is unsafe and never chosen.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+DRIFT_TOLERANCE = 0.02
+"""Largest relative gap between a trial's probe loss and the baseline's, after the same training samples."""
+MIN_GAIN = 1.03
+"""A knob must be at least this much faster than the baseline to enter the combination."""
+
+
+@dataclass(frozen=True)
+class Trial:
+    name: str
+    knobs: dict[str, Any]
+
+    @property
+    def key(self) -> str:
+        """Identifies a configuration in the results file, whatever it is called."""
+        return json.dumps(self.knobs, sort_keys=True)
+
+
+@dataclass
+class TrialResult:
+    name: str
+    knobs: dict[str, Any]
+    status: str
+    """ok, unsafe, oom, failed or timeout."""
+    throughput: float | None = None
+    unit: str = "samples"
+    peak_memory_bytes: int | None = None
+    data_wait_share: float | None = None
+    losses: list[float] = field(default_factory=list)
+    """The training loss per step (for the curve)."""
+    eval_loss: float | None = None
+    """Loss on fixed probe batches after training on the same samples as every other trial."""
+    loss_drift: float | None = None
+    error: str | None = None
+    seconds: float = 0.0
+    speedup: float | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.status == "ok" and self.throughput is not None
+
+
+Runner = Callable[[str, Trial, float], TrialResult]
+
+
+def run_in_subprocess(workload: str, trial: Trial, timeout_s: float, steps: int = 30) -> TrialResult:
+    """Run one trial in a fresh interpreter; whatever happens there comes back as a TrialResult."""
+    request = json.dumps({"workload": workload, "knobs": trial.knobs, "steps": steps})
+    started = time.monotonic()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    try:
+        done = subprocess.run([sys.executable, "-m", "gpufly.tune.worker"], input=request, capture_output=True,
+                              text=True, timeout=timeout_s, env=env, cwd=os.getcwd())
+    except subprocess.TimeoutExpired:
+        return TrialResult(trial.name, trial.knobs, "timeout", error=f"no result within {timeout_s:g} s",
+                           seconds=time.monotonic() - started)
+    seconds = time.monotonic() - started
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode == 0 and lines:
+        data = json.loads(lines[-1])
+        return TrialResult(trial.name, trial.knobs, "ok", throughput=data["throughput"], unit=data["unit"],
+                           peak_memory_bytes=data.get("peak_memory_bytes"),
+                           data_wait_share=data.get("data_wait_share"), losses=data["losses"],
+                           eval_loss=data["eval_loss"], seconds=seconds)
+    last = (done.stderr.strip().splitlines() or ["exited with no message"])[-1]
+    status = "oom" if "out of memory" in done.stderr.lower() else "failed"
+    return TrialResult(trial.name, trial.knobs, status, error=last[:300], seconds=seconds)
+
+
+def loss_drift(mine: float | None, baseline: float | None) -> float | None:
+    """Relative difference of the probe loss from the baseline's; inf for a non-finite loss.
+
+    >>> loss_drift(0.52, 0.5), loss_drift(float("nan"), 0.5), loss_drift(None, 0.5)
+    (0.04000000000000004, inf, None)
+    """
+    if mine is None or baseline is None:
+        return None
+    if mine != mine or mine in (float("inf"), float("-inf")):
+        return float("inf")
+    return abs(mine - baseline) / max(abs(baseline), 1e-8)
+
+
+class ResultsLog:
+    """Trial results as JSON lines, one appended (and flushed) per finished trial."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def done(self) -> dict[str, TrialResult]:
+        if not self.path.exists():
+            return {}
+        results = {}
+        for line in self.path.read_text().splitlines():
+            try:
+                data = json.loads(line)
+                result = TrialResult(**data)
+            except (json.JSONDecodeError, TypeError):
+                continue  # a line cut by a kill: that trial runs again
+            results[Trial(result.name, result.knobs).key] = result
+        return results
+
+    def append(self, result: TrialResult) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as out:
+            out.write(json.dumps(asdict(result)) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+
+
+@dataclass
+class Search:
+    """The state of one tuning run; ``results`` in the order they were decided."""
+
+    workload: str
+    knobs: dict[str, list[Any]]
+    """Knob name to the values to try; each knob's baseline is its absence."""
+    log: ResultsLog
+    runner: Runner
+    timeout_s: float = 300.0
+    budget_s: float | None = None
+    tolerance: float = DRIFT_TOLERANCE
+    on_result: Callable[[TrialResult], None] | None = None
+    results: list[TrialResult] = field(default_factory=list)
+
+    def run(self) -> TrialResult | None:
+        """Baseline, single knobs, then the greedy combination; returns the best safe result."""
+        started = time.monotonic()
+        self._done = self.log.done()
+        baseline = self._trial(Trial("baseline", {}), None)
+        if not baseline.usable:
+            return None
+        singles = [self._trial(Trial(f"{name}={value}", {name: value}), baseline)
+                   for name, value in self._single_knobs() if not self._out_of_time(started)]
+        helpful = sorted((r for r in singles if r.usable and (r.speedup or 0) >= MIN_GAIN),
+                         key=lambda r: -(r.speedup or 0))
+        if not helpful:
+            return baseline
+        best = helpful[0]
+        for candidate in helpful[1:]:
+            if self._out_of_time(started):
+                break
+            knobs = {**best.knobs, **candidate.knobs}
+            combined = self._trial(Trial(" + ".join(f"{k}={v}" for k, v in knobs.items()), knobs), baseline)
+            if combined.usable and (combined.throughput or 0) > (best.throughput or 0):
+                best = combined
+        return best
+
+    def _single_knobs(self) -> Iterable[tuple[str, Any]]:
+        for name, values in self.knobs.items():
+            for value in values:
+                yield name, value
+
+    def _out_of_time(self, started: float) -> bool:
+        return self.budget_s is not None and time.monotonic() - started > self.budget_s
+
+    def _trial(self, trial: Trial, baseline: TrialResult | None) -> TrialResult:
+        result = self._done.get(trial.key)
+        if result is None:
+            result = self.runner(self.workload, trial, self.timeout_s)
+            if baseline is not None and result.usable:
+                result.loss_drift = loss_drift(result.eval_loss, baseline.eval_loss)
+                if result.loss_drift is not None and result.loss_drift > self.tolerance:
+                    result.status = "unsafe"
+            if baseline is not None and result.throughput and baseline.throughput:
+                result.speedup = result.throughput / baseline.throughput
+            elif baseline is None and result.usable:
+                result.speedup, result.loss_drift = 1.0, 0.0
+            self.log.append(result)
+        self.results.append(result)
+        if self.on_result is not None:
+            self.on_result(result)
+        return result

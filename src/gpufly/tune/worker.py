@@ -1,0 +1,173 @@
+"""One tuner trial, in its own process: build the workload, apply the knobs, train, measure, print JSON.
+
+Reads ``{"workload": ..., "knobs": {...}, "steps": N}`` on stdin and prints one JSON line:
+throughput (units per second over the steps after warm-up, device synchronized), the loss per
+step, the probe loss after training, peak memory and the share of time spent waiting for data.
+Every trial trains on the same samples in the same order: ``steps`` baseline-sized batches' worth.
+Anything that goes wrong ends the process with the error on stderr, which the engine records.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import resource
+import sys
+import time
+from typing import Any
+
+GENERIC_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size", "amp", "tf32",
+                 "channels_last", "compile", "cudnn_benchmark")
+"""Knobs the tuner applies itself; any other knob is passed to the workload's factory as an option."""
+
+BUILTIN = {"recsys": "gpufly.tune.workloads.recsys:workload"}
+
+
+def load_factory(name: str) -> Any:
+    from gpufly.errors import GpuflyError
+    from gpufly.profile.attach import load_function
+
+    target = BUILTIN.get(name, name)
+    where, _, function = target.rpartition(":")
+    if not where:
+        raise GpuflyError(f"unknown workload {name!r}", f"built in: {', '.join(BUILTIN)}; or module:function")
+    return load_function(where, function)
+
+
+def build(name: str, options: dict[str, Any]) -> Any:
+    factory = load_factory(name)
+    takes_options = bool(inspect.signature(factory).parameters)
+    if options and not takes_options:
+        raise ValueError(f"{name} takes no options, but the trial sets {sorted(options)}")
+    return factory(options) if takes_options else factory()
+
+
+def _to(batch: Any, device: Any, non_blocking: bool) -> Any:
+    import dataclasses
+
+    if hasattr(batch, "to") and not dataclasses.is_dataclass(batch):
+        return batch.to(device, non_blocking=non_blocking)
+    if dataclasses.is_dataclass(batch):
+        return dataclasses.replace(batch, **{f.name: _to(getattr(batch, f.name), device, non_blocking)
+                                             for f in dataclasses.fields(batch)})
+    if isinstance(batch, dict):
+        return {k: _to(v, device, non_blocking) for k, v in batch.items()}
+    if isinstance(batch, list | tuple):
+        return type(batch)(_to(v, device, non_blocking) for v in batch)
+    return batch
+
+
+def run(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any]:
+    import torch
+    from torch.utils.data import DataLoader
+
+    generic = {k: v for k, v in knobs.items() if k in GENERIC_KNOBS}
+    options = {k: v for k, v in knobs.items() if k not in GENERIC_KNOBS}
+    torch.manual_seed(0)
+    probe_workload = build(name, options)
+    base_batch = probe_workload.batch_size
+    batch_size = int(generic.get("batch_size", base_batch))
+    workload = probe_workload
+    if probe_workload.batch_sampler_dataset:
+        torch.manual_seed(0)  # the same initial weights as every other trial
+        workload = build(name, {**options, "batch_size": batch_size})
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    if generic.get("tf32"):
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cudnn.benchmark = bool(generic.get("cudnn_benchmark"))
+    model = workload.model.to(device)
+    if generic.get("channels_last"):
+        model = model.to(memory_format=torch.channels_last)
+    opts = workload.optimizer(model) if workload.optimizer else torch.optim.Adam(model.parameters(), lr=1e-3)
+    opts = opts if isinstance(opts, list) else [opts]
+    runner = torch.compile(model) if generic.get("compile") else model
+    amp = generic.get("amp")
+    if amp == "fp16" and not cuda:
+        raise ValueError("fp16 AMP needs a CUDA GPU")
+    scaler = torch.amp.GradScaler("cuda") if amp == "fp16" else None
+    workers = int(generic.get("num_workers", 0))
+    loader_args: dict[str, Any] = {"num_workers": workers, "pin_memory": bool(generic.get("pin_memory")) and cuda}
+    if workers:
+        loader_args["persistent_workers"] = bool(generic.get("persistent_workers", True))
+        loader_args["prefetch_factor"] = int(generic.get("prefetch_factor", 2))
+    if workload.batch_sampler_dataset:
+        loader = DataLoader(workload.dataset, batch_size=None, **loader_args)
+        trial_steps = max(4, steps * base_batch // batch_size)
+    else:
+        loader = DataLoader(workload.dataset, batch_size=batch_size, collate_fn=workload.collate, drop_last=True,
+                            **loader_args)
+        trial_steps = max(4, steps * base_batch // batch_size)
+    warmup = min(3, trial_steps // 4)
+    losses: list[float] = []
+    items = 0
+    waited = 0.0
+    started = None
+    fetch_started = time.perf_counter()
+    for step, batch in enumerate(loader):
+        if step >= trial_steps:
+            break
+        if step == warmup:
+            if cuda:
+                torch.cuda.synchronize()
+            started, items, waited = time.perf_counter(), 0, 0.0
+        waited += time.perf_counter() - fetch_started
+        batch = _to(batch, device, non_blocking=loader_args["pin_memory"])
+        with torch.autocast(device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16,
+                            enabled=amp in ("bf16", "fp16")):
+            loss = workload.loss(runner, batch)
+        for opt in opts:
+            opt.zero_grad(set_to_none=True)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            for opt in opts:
+                scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            for opt in opts:
+                opt.step()
+        losses.append(float(loss.detach()))
+        items += workload.items(batch) if workload.items else _count(batch)
+        fetch_started = time.perf_counter()
+    if cuda:
+        torch.cuda.synchronize()
+    elapsed = time.perf_counter() - (started or time.perf_counter())
+    return {"throughput": items / elapsed if elapsed > 0 else None, "unit": workload.unit, "losses": losses,
+            "eval_loss": _probe_loss(probe_workload, runner, device, base_batch),
+            "data_wait_share": waited / elapsed if elapsed > 0 else None, "steps": len(losses),
+            "peak_memory_bytes": int(torch.cuda.max_memory_allocated()) if cuda else
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def _count(batch: Any) -> int:
+    if hasattr(batch, "__len__") and not isinstance(batch, list | tuple | dict):
+        return len(batch)
+    first = batch[0] if isinstance(batch, list | tuple) else next(iter(batch.values()))
+    return int(first.shape[0])
+
+
+def _probe_loss(workload: Any, model: Any, device: Any, batch_size: int, batches: int = 4) -> float:
+    """The loss on the dataset's first samples at the baseline batch size, the same for every trial."""
+    import torch
+
+    dataset = workload.dataset
+    if workload.batch_sampler_dataset:
+        probe = [dataset[k] for k in range(batches)]
+    else:
+        probe = [(workload.collate or torch.utils.data.default_collate)(
+            [dataset[i] for i in range(k * batch_size, (k + 1) * batch_size)]) for k in range(batches)]
+    model.eval()
+    with torch.no_grad():
+        values = [float(workload.loss(model, _to(b, device, False))) for b in probe]
+    model.train()
+    return sum(values) / len(values)
+
+
+def main() -> None:
+    request = json.loads(sys.stdin.read())
+    print(json.dumps(run(request["workload"], request.get("knobs", {}), int(request.get("steps", 30)))), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""What a tunable workload is: the contract between a user's code (or a built-in) and the tuner.
+
+A workload is built by a *factory*: a function that takes the workload-specific options of one
+trial (a dict, possibly empty) and returns a ``Workload``. The tuner applies the generic knobs
+(DataLoader settings, batch size, AMP, TF32, channels_last, torch.compile, cudnn.benchmark, fused
+optimizers, quantization, pruning, DDP) itself; options that only the workload can apply (sparse
+embedding gradients, fused embedding bags, batched collation of a recommender's features) are
+declared in ``Workload.options`` and passed back to the factory by name.
+
+A user's factory may take no argument at all; the tuner then offers it no workload options.
+Torch is imported only for type checking, so this module loads without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    import torch
+    from torch.utils.data import Dataset
+
+
+@dataclass(frozen=True)
+class WorkloadOption:
+    """A knob only the workload can apply: its values to try (the first is the baseline) and why."""
+
+    name: str
+    values: Sequence[Any]
+    stage: Literal["data", "compute", "communication"]
+    description: str
+    risk: str = "none known"
+
+
+@dataclass
+class Workload:
+    """One trainable (or servable) model with its data, as the tuner needs it.
+
+    ``loss(model, batch)`` runs the forward pass on a batch already moved to the device and returns
+    a scalar loss (training) or the output (inference). ``batch_size`` is the baseline batch size;
+    ``collate`` is the DataLoader's collate_fn (None: torch's default). ``items(batch)`` counts the
+    units of throughput in a batch (samples, or tokens for a language model); None counts samples by
+    the first dimension of the batch's first tensor. ``evaluate(model)`` returns a metric where
+    higher is better; the tuner rejects a configuration that lowers it beyond tolerance.
+    """
+
+    name: str
+    model: torch.nn.Module
+    dataset: Dataset[Any]
+    loss: Callable[[torch.nn.Module, Any], torch.Tensor]
+    batch_size: int = 32
+    collate: Callable[[list[Any]], Any] | None = None
+    optimizer: Callable[[torch.nn.Module], torch.optim.Optimizer | list[torch.optim.Optimizer]] | None = None
+    """Builds the optimizer(s) for the model; None: Adam(lr=1e-3) over every parameter."""
+    evaluate: Callable[[torch.nn.Module], float] | None = None
+    task: Literal["train", "infer"] = "train"
+    unit: str = "samples"
+    items: Callable[[Any], int] | None = None
+    options: Sequence[WorkloadOption] = field(default_factory=tuple)
+    batch_sampler_dataset: bool = False
+    """True when each dataset item is already a whole batch (batched collation); the DataLoader then
+    does not batch, and the factory sizes the batches from ``options["batch_size"]``."""
+
+
+WorkloadFactory = Callable[..., Workload]
+"""``factory(options: dict[str, Any]) -> Workload``, or ``factory() -> Workload`` for user code."""

@@ -1,0 +1,96 @@
+"""The search: failures recorded and passed over, drift rejected, results kept through an interrupt."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpufly.tune.engine import ResultsLog, Search, Trial, TrialResult, run_in_subprocess
+
+TINY = str(Path(__file__).parent.parent / "fixtures" / "tune" / "tiny.py") + ":workload"
+
+
+def _fake(speeds: dict[str, float], probe: dict[str, float] | None = None, fail: tuple[str, ...] = ()):
+    calls: list[str] = []
+
+    def runner(workload: str, trial: Trial, timeout_s: float) -> TrialResult:
+        calls.append(trial.name)
+        if any(f in trial.name for f in fail):
+            return TrialResult(trial.name, trial.knobs, "oom", error="CUDA out of memory")
+        speed = 100.0
+        for knob in trial.knobs:
+            speed *= speeds.get(knob, 1.0)
+        eval_loss = 0.5
+        for knob in trial.knobs:
+            eval_loss = (probe or {}).get(knob, eval_loss)
+        return TrialResult(trial.name, trial.knobs, "ok", throughput=speed, eval_loss=eval_loss, losses=[1.0])
+
+    return runner, calls
+
+
+def test_single_knobs_then_a_greedy_combination_and_failures_do_not_stop_it(tmp_path: Path) -> None:
+    runner, calls = _fake({"a": 1.5, "b": 1.2, "c": 0.9}, fail=("d",))
+    search = Search("w", {"a": [True], "b": [True], "c": [True], "d": [True]}, ResultsLog(tmp_path / "r.jsonl"),
+                    runner)
+    best = search.run()
+    assert calls == ["baseline", "a=True", "b=True", "c=True", "d=True", "a=True + b=True"]
+    assert best is not None and best.knobs == {"a": True, "b": True} and best.speedup == pytest.approx(1.8)
+    statuses = {r.name: r.status for r in search.results}
+    assert statuses["d=True"] == "oom", "the failure is recorded and the search went on"
+
+
+def test_a_knob_that_breaks_the_loss_is_rejected_however_fast(tmp_path: Path) -> None:
+    runner, _ = _fake({"fast_but_wrong": 5.0, "b": 1.2}, probe={"fast_but_wrong": 0.9})
+    search = Search("w", {"fast_but_wrong": [True], "b": [True]}, ResultsLog(tmp_path / "r.jsonl"), runner)
+    best = search.run()
+    wrong = next(r for r in search.results if r.name == "fast_but_wrong=True")
+    assert wrong.status == "unsafe" and wrong.loss_drift == pytest.approx(0.8)
+    assert best is not None and best.knobs == {"b": True}
+
+
+def test_results_survive_an_interrupt_and_resume_skips_done_trials(tmp_path: Path) -> None:
+    log = ResultsLog(tmp_path / "r.jsonl")
+    runner, calls = _fake({"a": 1.5, "b": 1.2})
+
+    def interrupted(workload: str, trial: Trial, timeout_s: float) -> TrialResult:
+        if trial.name == "b=True":
+            raise KeyboardInterrupt
+        return runner(workload, trial, timeout_s)
+
+    with pytest.raises(KeyboardInterrupt):
+        Search("w", {"a": [True], "b": [True]}, log, interrupted).run()
+    assert [json.loads(line)["name"] for line in log.path.read_text().splitlines()] == ["baseline", "a=True"]
+    with log.path.open("a") as out:
+        out.write('{"name": "cut by a kil')  # a half-written line from a kill
+    calls.clear()
+    best = Search("w", {"a": [True], "b": [True]}, log, runner).run()
+    assert calls == ["b=True", "a=True + b=True"], "baseline and a=True came from the file"
+    assert best is not None and best.knobs == {"a": True, "b": True}
+
+
+def test_the_budget_stops_new_trials(tmp_path: Path) -> None:
+    runner, calls = _fake({"a": 1.5})
+    Search("w", {"a": [True], "b": [True]}, ResultsLog(tmp_path / "r.jsonl"), runner, budget_s=0.0).run()
+    assert calls == ["baseline"]
+
+
+def test_real_trials_in_subprocesses_record_oom_and_drift() -> None:
+    baseline = run_in_subprocess(TINY, Trial("baseline", {}), timeout_s=120, steps=20)
+    assert baseline.status == "ok", baseline.error
+    assert baseline.throughput and baseline.throughput > 0 and len(baseline.losses) == 20
+    again = run_in_subprocess(TINY, Trial("baseline", {}), timeout_s=120, steps=20)
+    assert again.eval_loss == baseline.eval_loss, "a trial is deterministic: same samples, same seed"
+    oom = run_in_subprocess(TINY, Trial("explode", {"explode": True}), timeout_s=120, steps=20)
+    assert oom.status == "oom" and "out of memory" in (oom.error or "").lower()
+    bigger = run_in_subprocess(TINY, Trial("batch 128", {"batch_size": 128}), timeout_s=120, steps=20)
+    assert bigger.status == "ok" and len(bigger.losses) == 5, "the same samples in fewer, larger steps"
+    timeout = run_in_subprocess(TINY, Trial("slow", {}), timeout_s=0.01, steps=20)
+    assert timeout.status == "timeout"
+
+
+def test_a_user_workload_that_takes_no_options_cannot_be_given_any() -> None:
+    target = TINY.replace(":workload", ":no_options")
+    result = run_in_subprocess(target, Trial("x", {"loss_scale": 2.0}), timeout_s=120, steps=8)
+    assert result.status == "failed" and "takes no options" in (result.error or "")
