@@ -115,7 +115,27 @@ def main() -> None:
     best = max(safe, key=lambda r: r[1]["samples_per_s"])
     print(f"best safe configuration (held-out log loss within {tolerance} of the baseline's "
           f"{baseline['logloss']:.4f}): {best[0].label}: {best[2]:.2f}x the naive baseline")
-    print("not measured here: the communication stage (DDP over 2 processes with gradient compression)")
+    communication(args.threads)
+
+
+def communication(threads: int | None) -> None:
+    """The communication stage: the best compute configuration as tuner trials, 1 process against DDP over 2."""
+    from gpufly.tune.engine import Trial, run_in_subprocess
+
+    base = {"batched": True, "sparse": True, "fused": True}
+    print("\ncommunication (tuner trials: 40 steps of 256 samples each, the same samples; DDP through torchrun, "
+          "gloo, OMP_NUM_THREADS=1 per process)")
+    print(f"{'configuration':<54}{'samples/s':>12}{'vs 1 process':>14}{'probe loss':>12}")
+    single = None
+    for label, knobs in (("1 process", base), ("DDP, 2 processes", {**base, "ddp": 2}),
+                         ("DDP, 2 processes, fp16 gradient compression", {**base, "ddp": 2, "ddp_hook": "fp16"})):
+        result = run_in_subprocess("recsys", Trial(label, knobs), timeout_s=600, steps=40)
+        if not result.usable:
+            print(f"{label:<54}{result.status + ': ' + (result.error or '')[:60]}")
+            continue
+        single = single or result
+        ratio = (result.throughput or 0) / (single.throughput or 1)
+        print(f"{label:<54}{result.throughput:>12,.0f}{ratio:>13.2f}x{result.eval_loss:>12.4f}", flush=True)
 
 
 if __name__ == "__main__":

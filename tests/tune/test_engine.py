@@ -94,3 +94,29 @@ def test_a_user_workload_that_takes_no_options_cannot_be_given_any() -> None:
     target = TINY.replace(":workload", ":no_options")
     result = run_in_subprocess(target, Trial("x", {"loss_scale": 2.0}), timeout_s=120, steps=8)
     assert result.status == "failed" and "takes no options" in (result.error or "")
+
+
+def test_ddp_over_two_cpu_processes_matches_one_process() -> None:
+    single = run_in_subprocess(TINY, Trial("single", {}), timeout_s=180, steps=16)
+    ddp = run_in_subprocess(TINY, Trial("ddp", {"ddp": 2}), timeout_s=180, steps=16)
+    assert single.status == "ok" and ddp.status == "ok", ddp.error
+    assert len(ddp.losses) == len(single.losses) == 16, "the same global batches"
+    assert ddp.loss_drift is None  # set by the search, not the runner
+    from gpufly.tune.engine import DRIFT_TOLERANCE, loss_drift
+
+    drift = loss_drift(ddp.eval_loss, single.eval_loss)
+    assert drift is not None and drift < 1e-4 < DRIFT_TOLERANCE, "gloo all-reduce of the half-batch gradients"
+    compressed = run_in_subprocess(TINY, Trial("fp16", {"ddp": 2, "ddp_hook": "fp16"}), timeout_s=180, steps=16)
+    assert compressed.status == "ok"
+    assert loss_drift(compressed.eval_loss, single.eval_loss) < DRIFT_TOLERANCE
+
+
+def test_a_failing_ddp_trial_reports_the_ranks_error_not_the_launchers() -> None:
+    from gpufly.tune.engine import _error_line
+
+    stderr = ("[rank0]: Traceback (most recent call last):\n[rank0]: TypeError: BF16 all reduce communication hook "
+              "required CUDA 11+\n[rank1]: TypeError: BF16 ...\ntorch.distributed.elastic.multiprocessing.errors."
+              "ChildFailedError: \n============================================================\n")
+    assert _error_line(stderr) == "TypeError: BF16 all reduce communication hook required CUDA 11+"
+    assert _error_line("RuntimeError: boom\n") == "RuntimeError: boom"
+    assert _error_line("") == "exited with no message"

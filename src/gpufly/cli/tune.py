@@ -12,10 +12,12 @@ from gpufly.cli.render import console, print_json
 from gpufly.errors import GpuflyError
 
 
-def _knobs(workload: Any, cuda: bool) -> dict[str, list[Any]]:
+def _knobs(workload: Any, cuda: bool, ddp: int) -> dict[str, list[Any]]:
     """What to try: the generic knobs that apply on this device, then the workload's own options."""
     knobs: dict[str, list[Any]] = {"num_workers": [2], "batch_size": [workload.batch_size * 4],
                                    "amp": ["bf16", "fp16"] if cuda else ["bf16"]}
+    if ddp > 1:
+        knobs["ddp"] = [ddp]
     if cuda:
         knobs |= {"pin_memory": [True], "tf32": [True], "cudnn_benchmark": [True]}
     for option in workload.options:
@@ -32,10 +34,11 @@ def tune(
     results: Annotated[Path | None, typer.Option(help="Trial results, one JSON line each.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Go on from the results file, skipping done trials.")]
     = False,
+    ddp: Annotated[int, typer.Option(help="Also try DDP over this many processes (torchrun; gloo on CPU).")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
 ) -> None:
     """Measure each optimization on the workload, reject any that changes the loss, print the best safe one."""
-    if budget_minutes <= 0 or steps < 4 or timeout <= 0:
+    if budget_minutes <= 0 or steps < 4 or timeout <= 0 or ddp < 0:
         raise GpuflyError("--budget-minutes and --timeout must be positive and --steps at least 4",
                           "for example --budget-minutes 20 --steps 40")
     results = results or Path(f"gpufly-tune-{workload.replace('/', '_').replace(':', '_')}.jsonl")
@@ -61,7 +64,7 @@ def tune(
     if not isinstance(built, Workload):
         raise GpuflyError(f"the workload {workload} returned {type(built).__name__}, not a Workload",
                           "it must return gpufly.tune.workload.Workload(model=..., dataset=..., loss=...)")
-    knobs = _knobs(built, torch.cuda.is_available())
+    knobs = _knobs(built, torch.cuda.is_available(), ddp)
     search = Search(workload, knobs, ResultsLog(results), lambda w, t, s: run_in_subprocess(w, t, s, steps=steps),
                     timeout_s=timeout, budget_s=budget_minutes * 60)
     best = _run_with_progress(search, 1 + sum(len(v) for v in knobs.values()), quiet=as_json)

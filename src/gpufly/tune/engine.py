@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -72,10 +73,16 @@ def run_in_subprocess(workload: str, trial: Trial, timeout_s: float, steps: int 
     """Run one trial in a fresh interpreter; whatever happens there comes back as a TrialResult."""
     request = json.dumps({"workload": workload, "knobs": trial.knobs, "steps": steps})
     started = time.monotonic()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "GPUFLY_TUNE_REQUEST": request}
+    command = [sys.executable, "-m", "gpufly.tune.worker"]
+    processes = int(trial.knobs.get("ddp") or 1)
+    if processes > 1:  # DDP: torchrun starts the processes (gloo on CPU, NCCL on GPUs)
+        env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS", "1")
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
+                   "-m", "gpufly.tune.worker"]
     try:
-        done = subprocess.run([sys.executable, "-m", "gpufly.tune.worker"], input=request, capture_output=True,
-                              text=True, timeout=timeout_s, env=env, cwd=os.getcwd())
+        done = subprocess.run(command, input=request, capture_output=True, text=True, timeout=timeout_s, env=env,
+                              cwd=os.getcwd())
     except subprocess.TimeoutExpired:
         return TrialResult(trial.name, trial.knobs, "timeout", error=f"no result within {timeout_s:g} s",
                            seconds=time.monotonic() - started)
@@ -87,9 +94,18 @@ def run_in_subprocess(workload: str, trial: Trial, timeout_s: float, steps: int 
                            peak_memory_bytes=data.get("peak_memory_bytes"),
                            data_wait_share=data.get("data_wait_share"), losses=data["losses"],
                            eval_loss=data["eval_loss"], seconds=seconds)
-    last = (done.stderr.strip().splitlines() or ["exited with no message"])[-1]
     status = "oom" if "out of memory" in done.stderr.lower() else "failed"
-    return TrialResult(trial.name, trial.knobs, status, error=last[:300], seconds=seconds)
+    return TrialResult(trial.name, trial.knobs, status, error=_error_line(done.stderr)[:300], seconds=seconds)
+
+
+def _error_line(stderr: str) -> str:
+    """The exception a trial died of: under torchrun, the first rank's, not the launcher's banner."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if re.match(r"^(\[rank\d+\]: )?[\w.]*(Error|Exception)\b", line)
+              and "ChildFailedError" not in line]
+    if errors:
+        return re.sub(r"^\[rank\d+\]: ", "", errors[0])
+    return lines[-1] if lines else "exited with no message"
 
 
 def loss_drift(mine: float | None, baseline: float | None) -> float | None:

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 GENERIC_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size", "amp", "tf32",
-                 "channels_last", "compile", "cudnn_benchmark")
+                 "channels_last", "compile", "cudnn_benchmark", "ddp", "ddp_hook", "bucket_mb")
 """Knobs the tuner applies itself; any other knob is passed to the workload's factory as an option."""
 
 BUILTIN = {"recsys": "gpufly.tune.workloads.recsys:workload"}
@@ -67,12 +67,16 @@ def run(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any]:
     probe_workload = build(name, options)
     base_batch = probe_workload.batch_size
     batch_size = int(generic.get("batch_size", base_batch))
+    world, rank = _distributed(torch)
+    if batch_size % world:
+        raise ValueError(f"batch size {batch_size} does not split over {world} processes")
+    per_rank = batch_size // world
     workload = probe_workload
     if probe_workload.batch_sampler_dataset:
         torch.manual_seed(0)  # the same initial weights as every other trial
-        workload = build(name, {**options, "batch_size": batch_size})
+        workload = build(name, {**options, "batch_size": per_rank})
     cuda = torch.cuda.is_available()
-    device = torch.device("cuda" if cuda else "cpu")
+    device = torch.device(f"cuda:{rank % torch.cuda.device_count()}" if cuda else "cpu")
     if generic.get("tf32"):
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     torch.backends.cudnn.benchmark = bool(generic.get("cudnn_benchmark"))
@@ -81,6 +85,8 @@ def run(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any]:
         model = model.to(memory_format=torch.channels_last)
     opts = workload.optimizer(model) if workload.optimizer else torch.optim.Adam(model.parameters(), lr=1e-3)
     opts = opts if isinstance(opts, list) else [opts]
+    if world > 1:
+        model = _ddp(torch, model, generic, cuda)
     runner = torch.compile(model) if generic.get("compile") else model
     amp = generic.get("amp")
     if amp == "fp16" and not cuda:
@@ -91,13 +97,18 @@ def run(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any]:
     if workers:
         loader_args["persistent_workers"] = bool(generic.get("persistent_workers", True))
         loader_args["prefetch_factor"] = int(generic.get("prefetch_factor", 2))
+    # With DDP each process takes every world-th item (DistributedSampler, no shuffle), so one global step
+    # covers the same samples as one single-process step.
+    sampler = None
+    if world > 1:
+        sampler = torch.utils.data.distributed.DistributedSampler(workload.dataset, num_replicas=world, rank=rank,
+                                                                  shuffle=False)
     if workload.batch_sampler_dataset:
-        loader = DataLoader(workload.dataset, batch_size=None, **loader_args)
-        trial_steps = max(4, steps * base_batch // batch_size)
+        loader = DataLoader(workload.dataset, batch_size=None, sampler=sampler, **loader_args)
     else:
-        loader = DataLoader(workload.dataset, batch_size=batch_size, collate_fn=workload.collate, drop_last=True,
-                            **loader_args)
-        trial_steps = max(4, steps * base_batch // batch_size)
+        loader = DataLoader(workload.dataset, batch_size=per_rank, collate_fn=workload.collate, drop_last=True,
+                            sampler=sampler, **loader_args)
+    trial_steps = max(4, steps * base_batch // batch_size)
     warmup = min(3, trial_steps // 4)
     losses: list[float] = []
     items = 0
@@ -127,17 +138,54 @@ def run(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any]:
             loss.backward()
             for opt in opts:
                 opt.step()
-        losses.append(float(loss.detach()))
-        items += workload.items(batch) if workload.items else _count(batch)
+        losses.append(_mean_over_ranks(torch, loss.detach(), world))
+        items += (workload.items(batch) if workload.items else _count(batch)) * world
         fetch_started = time.perf_counter()
     if cuda:
         torch.cuda.synchronize()
     elapsed = time.perf_counter() - (started or time.perf_counter())
+    probe_model = runner.module if world > 1 else runner
     return {"throughput": items / elapsed if elapsed > 0 else None, "unit": workload.unit, "losses": losses,
-            "eval_loss": _probe_loss(probe_workload, runner, device, base_batch),
+            "eval_loss": _probe_loss(probe_workload, probe_model, device, base_batch), "world_size": world,
             "data_wait_share": waited / elapsed if elapsed > 0 else None, "steps": len(losses),
             "peak_memory_bytes": int(torch.cuda.max_memory_allocated()) if cuda else
             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def _distributed(torch: Any) -> tuple[int, int]:
+    """(world size, rank); under torchrun, joins the process group (gloo on CPU, NCCL on GPUs)."""
+    import os
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return world, int(os.environ.get("RANK", "0"))
+
+
+def _ddp(torch: Any, model: Any, generic: dict[str, Any], cuda: bool) -> Any:
+    """DistributedDataParallel with the bucket size and gradient-compression hook the trial asks for."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=float(generic.get("bucket_mb", 25)))
+    hook = generic.get("ddp_hook")
+    if hook == "fp16":
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif hook == "bf16":
+        ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    elif hook == "powersgd":
+        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=1, start_powerSGD_iter=2)
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    elif hook is not None:
+        raise ValueError(f"unknown ddp_hook {hook!r}: fp16, bf16 or powersgd")
+    return ddp
+
+
+def _mean_over_ranks(torch: Any, value: Any, world: int) -> float:
+    if world > 1:
+        value = value.clone()
+        torch.distributed.all_reduce(value)
+        value /= world
+    return float(value)
 
 
 def _count(batch: Any) -> int:
@@ -165,8 +213,17 @@ def _probe_loss(workload: Any, model: Any, device: Any, batch_size: int, batches
 
 
 def main() -> None:
-    request = json.loads(sys.stdin.read())
-    print(json.dumps(run(request["workload"], request.get("knobs", {}), int(request.get("steps", 30)))), flush=True)
+    """The request comes on stdin, or in GPUFLY_TUNE_REQUEST under torchrun (which does not pass stdin on)."""
+    import os
+
+    request = json.loads(os.environ.get("GPUFLY_TUNE_REQUEST") or sys.stdin.read())
+    result = run(request["workload"], request.get("knobs", {}), int(request.get("steps", 30)))
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(json.dumps(result), flush=True)
+    import torch
+
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
