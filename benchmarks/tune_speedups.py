@@ -14,6 +14,7 @@ import argparse
 import platform
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader
@@ -116,6 +117,32 @@ def main() -> None:
     print(f"best safe configuration (held-out log loss within {tolerance} of the baseline's "
           f"{baseline['logloss']:.4f}): {best[0].label}: {best[2]:.2f}x the naive baseline")
     communication(args.threads)
+    for name in ("cnn", "transformer"):
+        searched(name)
+
+
+def searched(name: str, steps: int = 24) -> None:
+    """A built-in workload through the tuner's own search (subprocess trials, probe-loss safety)."""
+    import tempfile
+
+    from gpufly.tune.engine import ResultsLog, Search, default_knobs, run_in_subprocess
+    from gpufly.tune.worker import build
+
+    knobs = default_knobs(build(name, {}), torch.cuda.is_available(), 0)
+    with tempfile.TemporaryDirectory() as folder:
+        search = Search(name, knobs, ResultsLog(Path(folder) / "trials.jsonl"),
+                        lambda w, t, s: run_in_subprocess(w, t, s, steps=steps), timeout_s=600)
+        best = search.run()
+    print(f"\n{name} (gpufly tune's search, {steps} baseline steps per trial, the same samples)")
+    print(f"{'configuration':<40}{'throughput':>18}{'speedup':>9}{'drift':>8}  verdict")
+    for r in search.results:
+        rate = "—" if r.throughput is None else f"{r.throughput:,.0f} {r.unit}/s"
+        drift = "—" if r.loss_drift is None else f"{100 * r.loss_drift:.1f}%"
+        speedup = "—" if r.speedup is None else f"{r.speedup:.2f}x"
+        print(f"{r.name:<40}{rate:>18}{speedup:>9}{drift:>8}  {r.status}" + (f": {r.error[:50]}" if r.error else ""))
+    if best is not None and best.speedup is not None:
+        print(f"baseline {search.results[0].throughput:,.0f}, best safe {best.throughput:,.0f} {best.unit}/s "
+              f"({best.name}): {best.speedup:.2f}x")
 
 
 def communication(threads: int | None) -> None:

@@ -12,19 +12,6 @@ from gpufly.cli.render import console, print_json
 from gpufly.errors import GpuflyError
 
 
-def _knobs(workload: Any, cuda: bool, ddp: int) -> dict[str, list[Any]]:
-    """What to try: the generic knobs that apply on this device, then the workload's own options."""
-    knobs: dict[str, list[Any]] = {"num_workers": [2], "batch_size": [workload.batch_size * 4],
-                                   "amp": ["bf16", "fp16"] if cuda else ["bf16"]}
-    if ddp > 1:
-        knobs["ddp"] = [ddp]
-    if cuda:
-        knobs |= {"pin_memory": [True], "tf32": [True], "cudnn_benchmark": [True]}
-    for option in workload.options:
-        knobs[option.name] = list(option.values[1:])
-    return knobs
-
-
 def tune(
     workload: Annotated[str, typer.Argument(help="recsys, or your module:function / file.py:function.")],
     budget_minutes: Annotated[float, typer.Option(help="Stop starting new trials after this long.")] = 30.0,
@@ -49,7 +36,7 @@ def tune(
         import torch
     except ImportError:
         raise GpuflyError("tuning needs PyTorch", "pip install 'gpufly[torch]'") from None
-    from gpufly.tune.engine import ResultsLog, Search, run_in_subprocess
+    from gpufly.tune.engine import ResultsLog, Search, default_knobs, run_in_subprocess
     from gpufly.tune.worker import build
 
     try:
@@ -64,7 +51,7 @@ def tune(
     if not isinstance(built, Workload):
         raise GpuflyError(f"the workload {workload} returned {type(built).__name__}, not a Workload",
                           "it must return gpufly.tune.workload.Workload(model=..., dataset=..., loss=...)")
-    knobs = _knobs(built, torch.cuda.is_available(), ddp)
+    knobs = default_knobs(built, torch.cuda.is_available(), ddp)
     search = Search(workload, knobs, ResultsLog(results), lambda w, t, s: run_in_subprocess(w, t, s, steps=steps),
                     timeout_s=timeout, budget_s=budget_minutes * 60)
     best = _run_with_progress(search, 1 + sum(len(v) for v in knobs.values()), quiet=as_json)

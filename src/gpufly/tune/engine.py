@@ -69,6 +69,23 @@ class TrialResult:
 Runner = Callable[[str, Trial, float], TrialResult]
 
 
+def default_knobs(workload: Any, cuda: bool, ddp: int) -> dict[str, list[Any]]:
+    """What to try: the generic knobs that apply on this device, then the workload's own options."""
+    knobs: dict[str, list[Any]] = {"num_workers": [2], "batch_size": [workload.batch_size * 4],
+                                   "amp": ["bf16", "fp16"] if cuda else ["bf16"]}
+    if ddp > 1:
+        knobs["ddp"] = [ddp]
+    if cuda:
+        knobs |= {"pin_memory": [True], "tf32": [True], "cudnn_benchmark": [True]}
+    model = getattr(workload, "model", None)
+    if model is not None and any(type(m).__name__.startswith("Conv") for m in model.modules()):
+        knobs["channels_last"] = [True]
+    for option in workload.options:
+        knobs[option.name] = list(option.values[1:])
+    return knobs
+
+
+
 def run_in_subprocess(workload: str, trial: Trial, timeout_s: float, steps: int = 30) -> TrialResult:
     """Run one trial in a fresh interpreter; whatever happens there comes back as a TrialResult."""
     request = json.dumps({"workload": workload, "knobs": trial.knobs, "steps": steps})

@@ -20,7 +20,7 @@ GENERIC_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_fa
                  "channels_last", "compile", "cudnn_benchmark", "ddp", "ddp_hook", "bucket_mb")
 """Knobs the tuner applies itself; any other knob is passed to the workload's factory as an option."""
 
-BUILTIN = {"recsys": "gpufly.tune.workloads.recsys:workload"}
+BUILTIN = {name: f"gpufly.tune.workloads.{name}:workload" for name in ("recsys", "cnn", "transformer")}
 
 
 def load_factory(name: str) -> Any:
