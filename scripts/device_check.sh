@@ -21,6 +21,10 @@ python benchmarks/monitor_overhead.py > "$OUT/monitor_overhead.txt" 2>&1
 # The profiler's overhead on the GPU (a short run).
 timeout 120 python benchmarks/profile_overhead.py --device cuda --rounds 5 > "$OUT/profile_overhead.txt" 2>&1
 echo "profile_overhead exit: $?" >> "$OUT/profile_overhead.txt"
+# The tuner on the GPU: the case study and a short search on the CNN.
+timeout 240 python benchmarks/tune_speedups.py > "$OUT/tune_speedups.txt" 2>&1
+echo "tune_speedups exit: $?" >> "$OUT/tune_speedups.txt"
+timeout 180 gpufly tune cnn --budget-minutes 2 --results "$OUT/tune_cnn.jsonl" > "$OUT/tune_cnn.txt" 2>&1
 timeout 300 pytest -m gpu -v > "$OUT/pytest_gpu.txt" 2>&1
 echo "pytest -m gpu exit: $?" >> "$OUT/pytest_gpu.txt"
 ls -la "$OUT"

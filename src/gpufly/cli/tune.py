@@ -36,7 +36,7 @@ def tune(
         import torch
     except ImportError:
         raise GpuflyError("tuning needs PyTorch", "pip install 'gpufly[torch]'") from None
-    from gpufly.tune.engine import ResultsLog, Search, default_knobs, run_in_subprocess
+    from gpufly.tune.engine import ResultsLog, Search, code_for, default_knobs, run_in_subprocess
     from gpufly.tune.worker import build
 
     try:
@@ -58,7 +58,8 @@ def tune(
     rows = [_row(r) for r in search.results]
     if as_json:
         print_json({"workload": workload, "results_file": str(results), "trials": rows,
-                    "best": None if best is None else {"knobs": best.knobs, "speedup": best.speedup}})
+                    "best": None if best is None else {"knobs": best.knobs, "speedup": best.speedup,
+                                                       "code": code_for(best.knobs)}})
         return
     _render(rows, best, results)
 
@@ -102,5 +103,9 @@ def _render(rows: list[dict[str, Any]], best: Any, results: Path) -> None:
         out.print("the baseline itself failed; nothing to compare against (see the error above)")
         return
     out.print(f"best safe configuration: {best.name} ({best.speedup:.2f}x the baseline)", markup=False)
+    from gpufly.tune.engine import code_for
+
+    for line in code_for(best.knobs):
+        out.print(f"  {line}", markup=False)
     out.print(f"as JSON: {json.dumps(best.knobs)}", markup=False)
     out.print(f"results: {results} (--resume goes on from it)", markup=False)

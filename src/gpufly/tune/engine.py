@@ -69,6 +69,44 @@ class TrialResult:
 Runner = Callable[[str, Trial, float], TrialResult]
 
 
+SNIPPETS: dict[str, str] = {
+    "num_workers": "DataLoader(..., num_workers={v}, persistent_workers=True)",
+    "pin_memory": "DataLoader(..., pin_memory=True); batch.to(device, non_blocking=True)",
+    "prefetch_factor": "DataLoader(..., prefetch_factor={v})",
+    "batch_size": "DataLoader(..., batch_size={v})",
+    "amp": "with torch.autocast(device.type, dtype=torch.{dtype}):  # around the forward pass and the loss",
+    "tf32": "torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True",
+    "cudnn_benchmark": "torch.backends.cudnn.benchmark = True",
+    "channels_last": "model = model.to(memory_format=torch.channels_last)",
+    "compile": "model = torch.compile(model)",
+    "ddp": "torchrun --nproc-per-node={v} train.py, with model = DistributedDataParallel(model)",
+    "ddp_hook": "ddp_model.register_comm_hook(None, default_hooks.{v}_compress_hook)",
+}
+
+
+def code_for(knobs: dict[str, Any]) -> list[str]:
+    """The best configuration as lines to paste into the training script; workload options as they are named.
+
+    >>> for line in code_for({"amp": "bf16", "num_workers": 2, "sparse": True}):
+    ...     print(line)
+    with torch.autocast(device.type, dtype=torch.bfloat16):  # around the forward pass and the loss
+    DataLoader(..., num_workers=2, persistent_workers=True)
+    workload option: sparse=True
+    """
+    lines = []
+    for name, value in knobs.items():
+        template = SNIPPETS.get(name)
+        if template is None:
+            lines.append(f"workload option: {name}={value}")
+            continue
+        dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(str(value), str(value))
+        line = template.format(v=value, dtype=dtype)
+        if name == "amp" and value == "fp16":
+            line += "; scaler = torch.amp.GradScaler('cuda') for the backward and step"
+        lines.append(line)
+    return lines
+
+
 def default_knobs(workload: Any, cuda: bool, ddp: int) -> dict[str, list[Any]]:
     """What to try: the generic knobs that apply on this device, then the workload's own options."""
     knobs: dict[str, list[Any]] = {"num_workers": [2], "batch_size": [workload.batch_size * 4],
