@@ -23,6 +23,10 @@ def test_a_user_workload_is_tuned_and_resumed(cli, tmp_path: Path) -> None:  # t
     resumed = cli("tune", f"{TINY}:workload", "--steps", "12", "--results", str(results), "--resume", "--json")
     assert resumed.code == 0
     assert len(results.read_text().splitlines()) == len(names), "every trial came from the file"
+    report = cli("report", "--tune", str(results))
+    assert report.code == 0 and f"tune: {len(names)} trials; best safe" in report.stdout
+    missing = cli("report", "--tune", str(tmp_path / "none.jsonl"))
+    assert missing.code == 2 and "no tune results" in missing.stderr
 
 
 def test_workload_loading_errors_are_one_line(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -86,6 +86,7 @@ def report(
     bench: Annotated[bool, typer.Option("--bench", help="Add a quick benchmark of this machine.")] = False,
     profile: Annotated[Path | None, typer.Option("--profile", help="Add a saved `gpufly profile --save` run.")]
     = None,
+    tune: Annotated[Path | None, typer.Option("--tune", help="Add a `gpufly tune` results file.")] = None,
 ) -> None:
     """Report on this machine: OS, CPU, RAM, each NVIDIA GPU with its catalog entry, the doctor's verdict,
     which popular models fit; with --bench, what the machine measures."""
@@ -98,11 +99,12 @@ def report(
     rows = model_fit_rows(machine.gpu_types())
     findings = diagnose(probe_all())
     profiled = _profile_summary(profile) if profile else None
+    tuned = _tune_summary(tune) if tune else None
     measured = _quick_bench() if bench else None
     if json_out:
         print_json({"schema_version": 1, "machine": machine.to_dict(), "models": [r.to_dict() for r in rows],
                     "doctor": [f.to_dict() for f in findings], "bench": measured.to_dict() if measured else None,
-                    "profile": profiled})
+                    "profile": profiled, "tune": tuned})
         return
     render_machine(machine)
     render_doctor_summary(findings, console())
@@ -116,6 +118,25 @@ def report(
         render_run(measured, console())
     if profiled is not None:
         _render_profile(profiled)
+    if tuned is not None:
+        console().print(f"tune: {tuned['trials']} trials; best safe {tuned['best']} at {tuned['speedup']:.2f}x the "
+                        f"baseline ({tuned['unsafe']} unsafe, {tuned['failed']} failed)", markup=False)
+
+
+def _tune_summary(path: Path) -> dict[str, Any]:
+    from gpufly.errors import GpuflyError
+    from gpufly.tune.engine import ResultsLog
+
+    if not path.is_file():
+        raise GpuflyError(f"no tune results at {path}", "write them with `gpufly tune WORKLOAD --results FILE`")
+    done = list(ResultsLog(path).done().values())
+    usable = [r for r in done if r.usable and r.speedup is not None]
+    if not usable:
+        raise GpuflyError(f"{path} holds no successful trial", "run `gpufly tune WORKLOAD --resume` to finish it")
+    best = max(usable, key=lambda r: r.speedup or 0)
+    return {"trials": len(done), "best": best.name, "speedup": best.speedup, "knobs": best.knobs,
+            "unsafe": sum(r.status == "unsafe" for r in done),
+            "failed": sum(r.status in ("failed", "oom", "timeout") for r in done)}
 
 
 def _profile_summary(path: Path) -> dict[str, Any]:
