@@ -120,3 +120,15 @@ def test_a_failing_ddp_trial_reports_the_ranks_error_not_the_launchers() -> None
     assert _error_line(stderr) == "TypeError: BF16 all reduce communication hook required CUDA 11+"
     assert _error_line("RuntimeError: boom\n") == "RuntimeError: boom"
     assert _error_line("") == "exited with no message"
+
+
+def test_inference_trials_measure_what_quantization_and_pruning_cost() -> None:
+    from gpufly.tune.engine import loss_drift
+
+    served = run_in_subprocess(TINY, Trial("serve", {"task": "infer"}), timeout_s=120, steps=16)
+    assert served.status == "ok" and served.throughput and served.eval_loss is not None, served.error
+    quantized = run_in_subprocess(TINY, Trial("int8", {"task": "infer", "quantize": "int8_dynamic"}), 120, steps=16)
+    assert quantized.status == "ok", quantized.error
+    assert 0 < loss_drift(quantized.eval_loss, served.eval_loss) < 0.05, "int8 costs a little, measured"
+    pruned = run_in_subprocess(TINY, Trial("prune 90%", {"task": "infer", "prune": 0.9}), timeout_s=120, steps=16)
+    assert pruned.status == "ok" and loss_drift(pruned.eval_loss, served.eval_loss) > 0.05, "90% pruning hurts"

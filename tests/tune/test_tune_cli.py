@@ -44,3 +44,10 @@ def test_workload_loading_errors_are_one_line(cli, tmp_path: Path) -> None:  # t
     broken.write_text("def make():\n    return 42\n")
     result = cli("tune", f"{broken}:make", "--results", str(tmp_path / "r2.jsonl"))
     assert result.code == 2 and "returned int, not a Workload" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_task_is_train_or_infer(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    result = cli("tune", "cnn", "--task", "serve", "--results", str(tmp_path / "r.jsonl"))
+    assert result.code == 2 and "--task is train or infer" in result.stderr
+    batched = cli("tune", "recsys", "--task", "infer", "--ddp", "2", "--results", str(tmp_path / "r.jsonl"))
+    assert batched.code == 2 and "takes neither --ddp" in batched.stderr

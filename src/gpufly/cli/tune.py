@@ -22,13 +22,18 @@ def tune(
     resume: Annotated[bool, typer.Option("--resume", help="Go on from the results file, skipping done trials.")]
     = False,
     ddp: Annotated[int, typer.Option(help="Also try DDP over this many processes (torchrun; gloo on CPU).")] = 0,
+    task: Annotated[str, typer.Option(help="train, or infer (quantization, pruning, serving batch size).")]
+    = "train",
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
 ) -> None:
     """Measure each optimization on the workload, reject any that changes the loss, print the best safe one."""
+    if task not in ("train", "infer"):
+        raise GpuflyError(f"--task is train or infer, not {task!r}", "gpufly tune cnn --task infer")
     if budget_minutes <= 0 or steps < 4 or timeout <= 0 or ddp < 0:
         raise GpuflyError("--budget-minutes and --timeout must be positive and --steps at least 4",
                           "for example --budget-minutes 20 --steps 40")
-    results = results or Path(f"gpufly-tune-{workload.replace('/', '_').replace(':', '_')}.jsonl")
+    suffix = "-infer" if task == "infer" else ""
+    results = results or Path(f"gpufly-tune-{workload.replace('/', '_').replace(':', '_')}{suffix}.jsonl")
     if results.exists() and not resume:
         raise GpuflyError(f"{results} already holds trial results",
                           "add --resume to go on from them, or --results NEW.jsonl to start afresh")
@@ -51,9 +56,11 @@ def tune(
     if not isinstance(built, Workload):
         raise GpuflyError(f"the workload {workload} returned {type(built).__name__}, not a Workload",
                           "it must return gpufly.tune.workload.Workload(model=..., dataset=..., loss=...)")
-    knobs = default_knobs(built, torch.cuda.is_available(), ddp)
+    if task == "infer" and (ddp or built.batch_sampler_dataset):
+        raise GpuflyError("--task infer takes neither --ddp nor a batched dataset", "tune inference on one process")
+    knobs = default_knobs(built, torch.cuda.is_available(), ddp, task)
     search = Search(workload, knobs, ResultsLog(results), lambda w, t, s: run_in_subprocess(w, t, s, steps=steps),
-                    timeout_s=timeout, budget_s=budget_minutes * 60)
+                    timeout_s=timeout, budget_s=budget_minutes * 60, fixed={"task": "infer"} if task == "infer" else {})
     best = _run_with_progress(search, 1 + sum(len(v) for v in knobs.values()), quiet=as_json)
     rows = [_row(r) for r in search.results]
     if as_json:

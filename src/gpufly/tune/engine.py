@@ -81,6 +81,9 @@ SNIPPETS: dict[str, str] = {
     "compile": "model = torch.compile(model)",
     "ddp": "torchrun --nproc-per-node={v} train.py, with model = DistributedDataParallel(model)",
     "ddp_hook": "ddp_model.register_comm_hook(None, default_hooks.{v}_compress_hook)",
+    "prune": "for m in linear_and_conv_layers: prune.l1_unstructured(m, 'weight', amount={v}); "
+             "prune.remove(m, 'weight')",
+    "quantize": "model = torch.ao.quantization.quantize_dynamic(model, {{torch.nn.Linear}}, dtype=torch.qint8)",
 }
 
 
@@ -95,6 +98,8 @@ def code_for(knobs: dict[str, Any]) -> list[str]:
     """
     lines = []
     for name, value in knobs.items():
+        if name == "task":
+            continue
         template = SNIPPETS.get(name)
         if template is None:
             lines.append(f"workload option: {name}={value}")
@@ -107,10 +112,18 @@ def code_for(knobs: dict[str, Any]) -> list[str]:
     return lines
 
 
-def default_knobs(workload: Any, cuda: bool, ddp: int) -> dict[str, list[Any]]:
+def default_knobs(workload: Any, cuda: bool, ddp: int, task: str = "train") -> dict[str, list[Any]]:
     """What to try: the generic knobs that apply on this device, then the workload's own options."""
     knobs: dict[str, list[Any]] = {"num_workers": [2], "batch_size": [workload.batch_size * 4],
                                    "amp": ["bf16", "fp16"] if cuda else ["bf16"]}
+    if task == "infer":
+        knobs["prune"] = [0.3]
+        if not cuda:
+            knobs["quantize"] = ["int8_dynamic"]
+        model = getattr(workload, "model", None)
+        if model is not None and any(type(m).__name__.startswith("Conv") for m in model.modules()):
+            knobs["channels_last"] = [True]
+        return knobs
     if ddp > 1:
         knobs["ddp"] = [ddp]
     if cuda:
@@ -216,6 +229,8 @@ class Search:
     budget_s: float | None = None
     tolerance: float = DRIFT_TOLERANCE
     on_result: Callable[[TrialResult], None] | None = None
+    fixed: dict[str, Any] = field(default_factory=dict)
+    """Knobs every trial carries, the baseline included (``{"task": "infer"}`` for serving)."""
     results: list[TrialResult] = field(default_factory=list)
 
     def run(self) -> TrialResult | None:
@@ -235,7 +250,7 @@ class Search:
         for candidate in helpful[1:]:
             if self._out_of_time(started):
                 break
-            knobs = {**best.knobs, **candidate.knobs}
+            knobs = {k: v for k, v in {**best.knobs, **candidate.knobs}.items() if k not in self.fixed}
             combined = self._trial(Trial(" + ".join(f"{k}={v}" for k, v in knobs.items()), knobs), baseline)
             if combined.usable and (combined.throughput or 0) > (best.throughput or 0):
                 best = combined
@@ -250,6 +265,7 @@ class Search:
         return self.budget_s is not None and time.monotonic() - started > self.budget_s
 
     def _trial(self, trial: Trial, baseline: TrialResult | None) -> TrialResult:
+        trial = Trial(trial.name, {**self.fixed, **trial.knobs})
         result = self._done.get(trial.key)
         if result is None:
             result = self.runner(self.workload, trial, self.timeout_s)

@@ -17,7 +17,8 @@ import time
 from typing import Any
 
 GENERIC_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size", "amp", "tf32",
-                 "channels_last", "compile", "cudnn_benchmark", "ddp", "ddp_hook", "bucket_mb")
+                 "channels_last", "compile", "cudnn_benchmark", "ddp", "ddp_hook", "bucket_mb", "task", "quantize",
+                 "prune")
 """Knobs the tuner applies itself; any other knob is passed to the workload's factory as an option."""
 
 BUILTIN = {name: f"gpufly.tune.workloads.{name}:workload" for name in ("recsys", "cnn", "transformer")}
@@ -58,6 +59,8 @@ def _to(batch: Any, device: Any, non_blocking: bool) -> Any:
 
 
 def run(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any]:
+    if knobs.get("task") == "infer":
+        return run_inference(name, knobs, steps)
     import torch
     from torch.utils.data import DataLoader
 
@@ -150,6 +153,100 @@ def run(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any]:
             "data_wait_share": waited / elapsed if elapsed > 0 else None, "steps": len(losses),
             "peak_memory_bytes": int(torch.cuda.max_memory_allocated()) if cuda else
             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def run_inference(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any]:
+    """Serving: train ``steps`` plain fp32 steps (the same in every trial), then apply the inference knobs
+    (dynamic int8 quantization, magnitude pruning, autocast, batch size, channels_last) and time forward passes.
+    The probe loss after the knobs is what they cost in accuracy."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    generic = {k: v for k, v in knobs.items() if k in GENERIC_KNOBS}
+    options = {k: v for k, v in knobs.items() if k not in GENERIC_KNOBS}
+    torch.manual_seed(0)
+    workload = build(name, options)
+    if workload.batch_sampler_dataset:
+        raise ValueError("inference trials need a per-sample dataset (batch size is the trial's knob)")
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    model = workload.model.to(device)
+    opts = workload.optimizer(model) if workload.optimizer else torch.optim.Adam(model.parameters(), lr=1e-3)
+    opts = opts if isinstance(opts, list) else [opts]
+    train = DataLoader(workload.dataset, batch_size=workload.batch_size, collate_fn=workload.collate, drop_last=True)
+    for step, batch in enumerate(train):
+        if step >= steps:
+            break
+        loss = workload.loss(model, _to(batch, device, False))
+        for opt in opts:
+            opt.zero_grad(set_to_none=True)
+        loss.backward()
+        for opt in opts:
+            opt.step()
+    model = _for_inference(torch, model.eval(), generic, cuda)
+    amp = generic.get("amp")
+    batch_size = int(generic.get("batch_size", workload.batch_size))
+    serve = DataLoader(workload.dataset, batch_size=batch_size, collate_fn=workload.collate, drop_last=True,
+                       num_workers=int(generic.get("num_workers", 0)))
+    batches = max(4, steps * workload.batch_size // batch_size)
+    items, started = 0, None
+    with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16 if amp == "bf16" else
+                                                torch.float16, enabled=amp in ("bf16", "fp16")):
+        for step, batch in enumerate(serve):
+            if step >= batches:
+                break
+            if step == 1:
+                if cuda:
+                    torch.cuda.synchronize()
+                started, items = time.perf_counter(), 0
+            batch = _to(batch, device, False)
+            workload.loss(model, batch)
+            items += workload.items(batch) if workload.items else _count(batch)
+        if cuda:
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - (started or time.perf_counter())
+        probe = _probe_loss(workload, model, device, workload.batch_size)
+    return {"throughput": items / elapsed if elapsed > 0 else None, "unit": workload.unit, "losses": [],
+            "eval_loss": probe, "steps": batches, "data_wait_share": None,
+            "peak_memory_bytes": int(torch.cuda.max_memory_allocated()) if cuda else
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def _for_inference(torch: Any, model: Any, generic: dict[str, Any], cuda: bool) -> Any:
+    """Magnitude pruning (L1, per layer, made permanent), dynamic int8 quantization of Linear layers (CPU)."""
+    fraction = generic.get("prune")
+    if fraction:
+        from torch.nn.utils import prune
+
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear | torch.nn.Conv2d):
+                prune.l1_unstructured(module, "weight", amount=float(fraction))
+                prune.remove(module, "weight")
+    if generic.get("channels_last"):
+        model = model.to(memory_format=torch.channels_last)
+    quantize = generic.get("quantize")
+    if quantize == "int8_dynamic":
+        if cuda:
+            raise ValueError("dynamic int8 quantization runs on the CPU; on a GPU use torchao weight-only int8")
+        import warnings
+
+        from torch.ao.quantization import quantize_dynamic
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch.ao points to torchao; the CPU path still works and is measured
+            model = quantize_dynamic(model, _quantizable(torch, model), dtype=torch.qint8)
+    elif quantize is not None:
+        raise ValueError(f"unknown quantize {quantize!r}: int8_dynamic")
+    return model
+
+
+def _quantizable(torch: Any, model: Any) -> set[str]:
+    """Linear layers by name, except inside Transformer layers, whose fast path reads ``linear.weight.device``
+    (a quantized Linear's weight is a method), so quantizing them breaks the forward pass."""
+    fused = (torch.nn.TransformerEncoderLayer, torch.nn.TransformerDecoderLayer)
+    inside = {name for name, m in model.named_modules() if isinstance(m, fused)}
+    return {name for name, m in model.named_modules() if type(m) is torch.nn.Linear
+            and not any(name.startswith(f"{parent}.") for parent in inside)}
 
 
 def _distributed(torch: Any) -> tuple[int, int]:
