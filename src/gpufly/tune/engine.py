@@ -112,6 +112,12 @@ def code_for(knobs: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _has_conv(workload: Any) -> bool:
+    """channels_last only helps convolutions."""
+    model = getattr(workload, "model", None)
+    return model is not None and any(type(m).__name__.startswith("Conv") for m in model.modules())
+
+
 def default_knobs(workload: Any, cuda: bool, ddp: int, task: str = "train") -> dict[str, list[Any]]:
     """What to try: the generic knobs that apply on this device, then the workload's own options."""
     knobs: dict[str, list[Any]] = {"num_workers": [2], "batch_size": [workload.batch_size * 4],
@@ -120,16 +126,14 @@ def default_knobs(workload: Any, cuda: bool, ddp: int, task: str = "train") -> d
         knobs["prune"] = [0.3]
         if not cuda:
             knobs["quantize"] = ["int8_dynamic"]
-        model = getattr(workload, "model", None)
-        if model is not None and any(type(m).__name__.startswith("Conv") for m in model.modules()):
+        if _has_conv(workload):
             knobs["channels_last"] = [True]
         return knobs
     if ddp > 1:
         knobs["ddp"] = [ddp]
     if cuda:
         knobs |= {"pin_memory": [True], "tf32": [True], "cudnn_benchmark": [True]}
-    model = getattr(workload, "model", None)
-    if model is not None and any(type(m).__name__.startswith("Conv") for m in model.modules()):
+    if _has_conv(workload):
         knobs["channels_last"] = [True]
     for option in workload.options:
         knobs[option.name] = list(option.values[1:])

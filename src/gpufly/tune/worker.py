@@ -86,8 +86,7 @@ def run(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any]:
     model = workload.model.to(device)
     if generic.get("channels_last"):
         model = model.to(memory_format=torch.channels_last)
-    opts = workload.optimizer(model) if workload.optimizer else torch.optim.Adam(model.parameters(), lr=1e-3)
-    opts = opts if isinstance(opts, list) else [opts]
+    opts = _optimizers(torch, workload, model)
     if world > 1:
         model = _ddp(torch, model, generic, cuda)
     runner = torch.compile(model) if generic.get("compile") else model
@@ -127,8 +126,7 @@ def run(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any]:
             started, items, waited = time.perf_counter(), 0, 0.0
         waited += time.perf_counter() - fetch_started
         batch = _to(batch, device, non_blocking=loader_args["pin_memory"])
-        with torch.autocast(device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16,
-                            enabled=amp in ("bf16", "fp16")):
+        with _autocast(torch, device, amp):
             loss = workload.loss(runner, batch)
         for opt in opts:
             opt.zero_grad(set_to_none=True)
@@ -151,8 +149,7 @@ def run(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any]:
     return {"throughput": items / elapsed if elapsed > 0 else None, "unit": workload.unit, "losses": losses,
             "eval_loss": _probe_loss(probe_workload, probe_model, device, base_batch), "world_size": world,
             "data_wait_share": waited / elapsed if elapsed > 0 else None, "steps": len(losses),
-            "peak_memory_bytes": int(torch.cuda.max_memory_allocated()) if cuda else
-            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+            "peak_memory_bytes": _peak_memory(torch, cuda)}
 
 
 def run_inference(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any]:
@@ -171,8 +168,7 @@ def run_inference(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
     model = workload.model.to(device)
-    opts = workload.optimizer(model) if workload.optimizer else torch.optim.Adam(model.parameters(), lr=1e-3)
-    opts = opts if isinstance(opts, list) else [opts]
+    opts = _optimizers(torch, workload, model)
     train = DataLoader(workload.dataset, batch_size=workload.batch_size, collate_fn=workload.collate, drop_last=True)
     for step, batch in enumerate(train):
         if step >= steps:
@@ -190,8 +186,7 @@ def run_inference(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any
                        num_workers=int(generic.get("num_workers", 0)))
     batches = max(4, steps * workload.batch_size // batch_size)
     items, started = 0, None
-    with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16 if amp == "bf16" else
-                                                torch.float16, enabled=amp in ("bf16", "fp16")):
+    with torch.inference_mode(), _autocast(torch, device, amp):
         for step, batch in enumerate(serve):
             if step >= batches:
                 break
@@ -208,8 +203,26 @@ def run_inference(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any
         probe = _probe_loss(workload, model, device, workload.batch_size)
     return {"throughput": items / elapsed if elapsed > 0 else None, "unit": workload.unit, "losses": [],
             "eval_loss": probe, "steps": batches, "data_wait_share": None,
-            "peak_memory_bytes": int(torch.cuda.max_memory_allocated()) if cuda else
-            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+            "peak_memory_bytes": _peak_memory(torch, cuda)}
+
+
+def _optimizers(torch: Any, workload: Any, model: Any) -> list[Any]:
+    """The workload's optimizer(s) as a list; Adam(lr=1e-3) when it names none."""
+    opts = workload.optimizer(model) if workload.optimizer else torch.optim.Adam(model.parameters(), lr=1e-3)
+    return opts if isinstance(opts, list) else [opts]
+
+
+def _autocast(torch: Any, device: Any, amp: str | None) -> Any:
+    """The trial's autocast: bf16 or fp16, or a disabled context for fp32."""
+    return torch.autocast(device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16,
+                          enabled=amp in ("bf16", "fp16"))
+
+
+def _peak_memory(torch: Any, cuda: bool) -> int:
+    """Peak GPU memory allocated, or the process's peak RSS on a CPU run."""
+    if cuda:
+        return int(torch.cuda.max_memory_allocated())
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _for_inference(torch: Any, model: Any, generic: dict[str, Any], cuda: bool) -> Any:
