@@ -70,10 +70,7 @@ def require_program(name: str) -> str:
 
 def skip_if_this_machine_has_a_gpu() -> None:
     """For the "no GPU here" tests: on a GPU machine they would see the GPU, rightly."""
-    from gpufly.monitor.backends.nvml import Nvml
+    from tests.conftest import _has_nvidia_gpu
 
-    nvml = Nvml()
-    if nvml.open().available:
-        with nvml:
-            if nvml.device_count() > 0:
-                pytest.skip("this machine has an NVIDIA GPU")
+    if _has_nvidia_gpu():
+        pytest.skip("this machine has an NVIDIA GPU")

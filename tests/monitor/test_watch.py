@@ -115,14 +115,14 @@ def test_bad_options_are_one_line_errors(tmp_path: Path) -> None:
 
 
 def test_a_stop_signal_during_a_write_waits_until_the_sample_is_counted() -> None:
-    from gpufly.cli.watch import _Stop, _StopSignals
+    from gpufly.cli.monitoring import Stop, StopSignals
 
-    with _StopSignals() as signals:
+    with StopSignals() as signals:
         signals.begin_write()
         signals._handle(signal.SIGTERM, None)  # arrives mid-write: held, not raised
         assert signals.pending
-        with pytest.raises(_Stop):
+        with pytest.raises(Stop):
             signals.end_write()
         signals.writing = False
-        with pytest.raises(_Stop):
+        with pytest.raises(Stop):
             signals._handle(signal.SIGINT, None)  # between samples: stops at once

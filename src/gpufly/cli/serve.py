@@ -3,23 +3,13 @@
 from __future__ import annotations
 
 import json
-import signal
 from pathlib import Path
-from types import FrameType
 from typing import Annotated
 
 import typer
 
+from gpufly.cli.monitoring import Stop, StopSignals, check_history, check_interval
 from gpufly.cli.render import error_console
-from gpufly.errors import GpuflyError
-
-
-class _Stop(Exception):
-    """Raised from the SIGTERM handler so `kill` stops the server the way Ctrl-C does."""
-
-
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise _Stop
 
 
 def serve(
@@ -33,10 +23,8 @@ def serve(
     as_json: Annotated[bool, typer.Option("--json", help="Print the URLs and settings as JSON at start.")] = False,
 ) -> None:
     """Serve Prometheus metrics (DCGM-exporter names) and a live web dashboard; read-only, until Ctrl-C."""
-    if interval <= 0:
-        raise GpuflyError(f"--interval must be positive, not {interval:g}", "for example --interval 1")
-    if history < 2:
-        raise GpuflyError(f"--history must be at least 2 samples, not {history}", "for example --history 600")
+    check_interval(interval)
+    check_history(history)
     from gpufly.monitor.format import no_gpu_line
     from gpufly.monitor.sampler import open_backend
     from gpufly.monitor.server import MonitorServer, ServeConfig, WallClock
@@ -49,21 +37,20 @@ def serve(
     except BaseException:
         backend.close()
         raise
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        first = server.start()
-        line = no_gpu_line(first)
-        if line:
-            error_console().print(line, markup=False)
-        if as_json:
-            print(json.dumps(server.describe() | {"gpu_status": first.gpu_status, "gpus": len(first.gpus)}),
-                  flush=True)
-        else:
-            print(f"serving {server.url} (dashboard) and {server.url}metrics (Prometheus); Ctrl-C stops",
-                  flush=True)
-        server.serve_forever()
-    except (KeyboardInterrupt, _Stop):
+        with StopSignals():
+            first = server.start()
+            line = no_gpu_line(first)
+            if line:
+                error_console().print(line, markup=False)
+            if as_json:
+                print(json.dumps(server.describe() | {"gpu_status": first.gpu_status, "gpus": len(first.gpus)}),
+                      flush=True)
+            else:
+                print(f"serving {server.url} (dashboard) and {server.url}metrics (Prometheus); Ctrl-C stops",
+                      flush=True)
+            server.serve_forever()
+    except (KeyboardInterrupt, Stop):
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
         server.close()

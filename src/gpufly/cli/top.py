@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from gpufly.cli.monitoring import check_history, check_interval
 from gpufly.cli.render import error_console, print_json
 from gpufly.errors import GpuflyError
 
@@ -20,10 +21,8 @@ def top(
     history: Annotated[int, typer.Option(help="Samples of history kept for the sparklines.")] = 600,
 ) -> None:
     """Watch the GPUs, their processes and the host live; keys: m/u/p sort, / filter, ? help, q quit."""
-    if interval <= 0:
-        raise GpuflyError(f"--interval must be positive, not {interval:g}", "for example --interval 1")
-    if history < 2:
-        raise GpuflyError(f"--history must be at least 2 samples, not {history}", "for example --history 600")
+    check_interval(interval)
+    check_history(history)
     if as_json and not once:
         raise GpuflyError("--json prints one snapshot, so it needs --once", "gpufly top --once --json")
     from gpufly.monitor.sampler import open_backend

@@ -2,57 +2,16 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 import time
 from pathlib import Path
-from types import FrameType
 from typing import Annotated
 
 import typer
 
+from gpufly.cli.monitoring import Stop, StopSignals, check_interval
 from gpufly.cli.render import error_console
 from gpufly.errors import GpuflyError
-
-
-class _Stop(Exception):
-    """Raised from the signal handler so a `kill` ends the loop the way Ctrl-C does."""
-
-
-class _StopSignals:
-    """SIGTERM and SIGINT end the loop, but never between writing a sample and counting it.
-
-    A signal that arrives while a sample is being written is held until the write is done, so
-    the closing "wrote N samples" always matches the file.
-    """
-
-    def __init__(self) -> None:
-        self.writing = False
-        self.pending = False
-        self._previous: dict[int, object] = {}
-
-    def __enter__(self) -> _StopSignals:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)  # type: ignore[arg-type]
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.writing:
-            self.pending = True
-        else:
-            raise _Stop
-
-    def begin_write(self) -> None:
-        self.writing = True
-
-    def end_write(self) -> None:
-        self.writing = False
-        if self.pending:
-            raise _Stop
 
 
 def _line(snapshot: object) -> str:
@@ -85,8 +44,7 @@ def watch(
     as_json: Annotated[bool, typer.Option("--json", help="Print each sample as a JSON line.")] = False,
 ) -> None:
     """Record the GPUs (and host) every interval; each line is flushed, so a kill loses nothing written."""
-    if interval <= 0:
-        raise GpuflyError(f"--interval must be positive, not {interval:g}", "for example --interval 1")
+    check_interval(interval)
     if count is not None and count <= 0:
         raise GpuflyError(f"--count must be positive, not {count}", "leave it out to run until Ctrl-C")
     from gpufly.monitor.format import no_gpu_line
@@ -97,7 +55,7 @@ def watch(
     backend = open_backend(replay, loop=True)
     taken = 0
     try:
-        with _StopSignals() as signals:
+        with StopSignals() as signals:
             while count is None or taken < count:
                 started = time.monotonic()
                 snapshot = backend.snapshot()
@@ -115,7 +73,7 @@ def watch(
                 signals.end_write()
                 if count is None or taken < count:
                     time.sleep(max(0.0, interval - (time.monotonic() - started)))
-    except (KeyboardInterrupt, _Stop):
+    except (KeyboardInterrupt, Stop):
         pass
     finally:
         backend.close()
