@@ -52,14 +52,14 @@ def attached(profiler: Profiler) -> Iterator[Profiler]:
 
 def resolve(target: str) -> tuple[str, Callable[[], Any]]:
     """``path/train.py`` runs as __main__; ``package.module:function`` or ``file.py:function`` is called."""
-    script, _, function = target.rpartition(":") if target.count(":") == 1 and not Path(target).exists() else \
-        (target, "", "")
-    if not function:
-        path = Path(target)
-        if not path.is_file():
-            raise GpuflyError(f"no such script: {target}", "give a Python file (train.py) or module:function")
-        return str(path), lambda: runpy.run_path(str(path), run_name="__main__")
-    return target, load_function(script, function)
+    if target.count(":") == 1 and not Path(target).exists():
+        where, _, function = target.partition(":")
+        if function:
+            return target, load_function(where, function)
+    path = Path(target)
+    if not path.is_file():
+        raise GpuflyError(f"no such script: {target}", "give a Python file (train.py) or module:function")
+    return str(path), lambda: runpy.run_path(str(path), run_name="__main__")
 
 
 def load_function(where: str, name: str) -> Callable[..., Any]:

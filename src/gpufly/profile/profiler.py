@@ -247,6 +247,11 @@ class Profiler:
             self._sampler.backend.close()
             self._sampler = None
 
+    def _patch_tensor(self, torch: Any, method: str, replacement: Any) -> None:
+        """Replace a Tensor method until ``_stop``, remembering what to put back (None: it was inherited)."""
+        self._patched[f"Tensor.{method}"] = torch.Tensor.__dict__.get(method)
+        setattr(torch.Tensor, method, replacement)
+
     def _wrap_syncs(self, torch: Any) -> None:
         counter = self._sync_calls
         current = self
@@ -264,8 +269,7 @@ class Profiler:
                 return original(tensor, *args, **kwargs)
 
             counted.__wrapped__ = original  # type: ignore[attr-defined]
-            self._patched[f"Tensor.{method}"] = torch.Tensor.__dict__.get(method)
-            setattr(torch.Tensor, method, counted)
+            self._patch_tensor(torch, method, counted)
 
         for method in SYNC_METHODS:
             wrap(method, gpu_only=method in ("cpu", "numpy"))
@@ -300,8 +304,7 @@ class Profiler:
                     settings.non_blocking_copies = (settings.non_blocking_copies is not False) and not blocking
                 return result
 
-            self._patched[f"Tensor.{method}"] = torch.Tensor.__dict__.get(method)
-            setattr(torch.Tensor, method, timed)
+            self._patch_tensor(torch, method, timed)
 
         for method in ("to", "cuda"):
             wrap(method)
