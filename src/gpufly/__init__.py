@@ -10,16 +10,21 @@ from gpufly.errors import GpuflyError
 
 if TYPE_CHECKING:
     from gpufly.profile.profiler import Profiler
+    from gpufly.tune.apply import apply
 
 __version__ = "0.1.0"
 
-__all__ = ["GpuflyError", "Profiler", "__version__"]
+__all__ = ["GpuflyError", "Profiler", "__version__", "apply"]
 
 
 def __getattr__(name: str) -> Any:
-    """``gpufly.Profiler`` loads the profiler (and torch) only when it is asked for."""
+    """``gpufly.Profiler`` and ``gpufly.apply`` load the profiler or the tuner (and torch) only when asked for."""
     if name == "Profiler":
         from gpufly.profile.profiler import Profiler
 
         return Profiler
+    if name == "apply":
+        from gpufly.tune.apply import apply
+
+        return apply
     raise AttributeError(f"module 'gpufly' has no attribute {name!r}")

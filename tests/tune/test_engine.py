@@ -132,3 +132,26 @@ def test_inference_trials_measure_what_quantization_and_pruning_cost() -> None:
     assert 0 < loss_drift(quantized.eval_loss, served.eval_loss) < 0.05, "int8 costs a little, measured"
     pruned = run_in_subprocess(TINY, Trial("prune 90%", {"task": "infer", "prune": 0.9}), timeout_s=120, steps=16)
     assert pruned.status == "ok" and loss_drift(pruned.eval_loss, served.eval_loss) > 0.05, "90% pruning hurts"
+
+
+def test_on_a_gpu_the_batch_the_measured_memory_says_fits_is_tried(tmp_path: Path) -> None:
+    calls: list[str] = []
+
+    def runner(workload: str, trial: Trial, timeout_s: float) -> TrialResult:
+        calls.append(trial.name)
+        batch = int(trial.knobs.get("batch_size", 32))
+        if batch > 256:
+            return TrialResult(trial.name, trial.knobs, "oom", error="CUDA out of memory")
+        return TrialResult(trial.name, trial.knobs, "ok", throughput=100.0 * batch / 32, eval_loss=0.5,
+                           batch_size=batch, peak_memory_bytes=batch * 2**28, device_memory_bytes=80 * 2**30)
+
+    search = Search("w", {"batch_size": [128]}, ResultsLog(tmp_path / "r.jsonl"), runner)
+    best = search.run()
+    assert calls == ["baseline", "batch_size=128", "batch_size=256"], "8 GiB of 80 at batch 32: 8x fits (85% headroom)"
+    assert best is not None and best.knobs == {"batch_size": 256}
+
+
+def test_two_values_of_one_knob_are_not_combined(tmp_path: Path) -> None:
+    runner, calls = _fake({"impl": 1.2})
+    Search("w", {"impl": ["foreach", "fused"]}, ResultsLog(tmp_path / "r.jsonl"), runner).run()
+    assert calls == ["baseline", "impl=foreach", "impl=fused"]

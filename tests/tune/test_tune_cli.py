@@ -10,11 +10,15 @@ TINY = Path(__file__).parent.parent / "fixtures" / "tune" / "tiny.py"
 
 def test_a_user_workload_is_tuned_and_resumed(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     results = tmp_path / "trials.jsonl"
-    first = cli("tune", f"{TINY}:workload", "--steps", "12", "--results", str(results), "--json")
+    page = tmp_path / "tune.html"
+    first = cli("tune", f"{TINY}:workload", "--steps", "12", "--results", str(results), "--html", str(page), "--json")
     assert first.code == 0, first.stderr
     document = json.loads(first.stdout)
     names = [t["configuration"] for t in document["trials"]]
     assert names[:4] == ["baseline", "num_workers=2", "batch_size=128", "amp=bf16"]
+    assert {"optimizer_impl=foreach", "optimizer_impl=fused"} <= set(names)
+    bars = page.read_text().count('class="trial"')
+    assert bars == sum(t["speedup"] is not None for t in document["trials"]) and bars >= 4
     assert all(t["status"] in ("ok", "unsafe") for t in document["trials"])
     assert document["trials"][0]["speedup"] == 1.0 and document["best"] is not None
     assert len(results.read_text().splitlines()) == len(names)
@@ -51,3 +55,10 @@ def test_task_is_train_or_infer(cli, tmp_path: Path) -> None:  # type: ignore[no
     assert result.code == 2 and "--task is train or infer" in result.stderr
     batched = cli("tune", "recsys", "--task", "infer", "--ddp", "2", "--results", str(tmp_path / "r.jsonl"))
     assert batched.code == 2 and "takes neither --ddp" in batched.stderr
+
+
+def test_an_html_path_in_no_folder_is_refused_before_any_trial(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    results = tmp_path / "r.jsonl"
+    result = cli("tune", f"{TINY}:workload", "--results", str(results), "--html", str(tmp_path / "no" / "t.html"))
+    assert result.code == 2 and "is not a folder" in result.stderr and "Traceback" not in result.stderr
+    assert not results.exists()

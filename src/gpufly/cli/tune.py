@@ -24,6 +24,7 @@ def tune(
     ddp: Annotated[int, typer.Option(help="Also try DDP over this many processes (torchrun; gloo on CPU).")] = 0,
     task: Annotated[str, typer.Option(help="train, or infer (quantization, pruning, serving batch size).")]
     = "train",
+    html: Annotated[Path | None, typer.Option("--html", help="Also write a page with a speedup chart.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
 ) -> None:
     """Measure each optimization on the workload, reject any that changes the loss, print the best safe one."""
@@ -34,6 +35,8 @@ def tune(
                           "for example --budget-minutes 20 --steps 40")
     suffix = "-infer" if task == "infer" else ""
     results = results or Path(f"gpufly-tune-{workload.replace('/', '_').replace(':', '_')}{suffix}.jsonl")
+    if html is not None and not html.parent.is_dir():
+        raise GpuflyError(f"cannot write {html}: {html.parent} is not a folder", "give --html a path in a folder")
     if results.exists() and not resume:
         raise GpuflyError(f"{results} already holds trial results",
                           "add --resume to go on from them, or --results NEW.jsonl to start afresh")
@@ -63,12 +66,28 @@ def tune(
                     timeout_s=timeout, budget_s=budget_minutes * 60, fixed={"task": "infer"} if task == "infer" else {})
     best = _run_with_progress(search, 1 + sum(len(v) for v in knobs.values()), quiet=as_json)
     rows = [_row(r) for r in search.results]
+    best_row = None if best is None else {"configuration": best.name, "knobs": best.knobs, "speedup": best.speedup,
+                                          "code": code_for(best.knobs)}
+    if html is not None:
+        _write_html(html, workload, rows, best_row, results)
     if as_json:
-        print_json({"workload": workload, "results_file": str(results), "trials": rows,
-                    "best": None if best is None else {"knobs": best.knobs, "speedup": best.speedup,
-                                                       "code": code_for(best.knobs)}})
+        print_json({"workload": workload, "results_file": str(results), "trials": rows, "best": best_row,
+                    "html": None if html is None else str(html)})
         return
     _render(rows, best, results)
+    if html is not None:
+        console().print(f"speedup chart: {html}", markup=False)
+
+
+def _write_html(path: Path, workload: str, rows: list[dict[str, Any]], best: dict[str, Any] | None,
+                results: Path) -> None:
+    from gpufly.tune.render import write_html
+
+    try:
+        write_html(path, workload, rows, best, str(results))
+    except OSError as exc:
+        raise GpuflyError(f"cannot write {path}: {exc.strerror}",
+                          f"the trial results are kept in {results}; pick another --html path") from None
 
 
 def _run_with_progress(search: Any, expected: int, quiet: bool) -> Any:
@@ -115,4 +134,5 @@ def _render(rows: list[dict[str, Any]], best: Any, results: Path) -> None:
     for line in code_for(best.knobs):
         out.print(f"  {line}", markup=False)
     out.print(f"as JSON: {json.dumps(best.knobs)}", markup=False)
+    out.print(f"or in your script: gpufly.apply('{results}', model, optimizer, loader)", markup=False)
     out.print(f"results: {results} (--resume goes on from it)", markup=False)

@@ -60,6 +60,10 @@ class TrialResult:
     error: str | None = None
     seconds: float = 0.0
     speedup: float | None = None
+    batch_size: int | None = None
+    """The trial's global batch size, as the worker ran it."""
+    device_memory_bytes: int | None = None
+    """The GPU's total memory (None on a CPU): with the peak, what tells how large a batch fits."""
 
     @property
     def usable(self) -> bool:
@@ -78,7 +82,8 @@ SNIPPETS: dict[str, str] = {
     "tf32": "torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True",
     "cudnn_benchmark": "torch.backends.cudnn.benchmark = True",
     "channels_last": "model = model.to(memory_format=torch.channels_last)",
-    "compile": "model = torch.compile(model)",
+    "compile": "model = torch.compile(model, mode='{v}')",
+    "optimizer_impl": "optimizer = YourOptimizer(params, ..., {v}=True)  # Adam, AdamW, SGD, Adagrad",
     "ddp": "torchrun --nproc-per-node={v} train.py, with model = DistributedDataParallel(model)",
     "ddp_hook": "ddp_model.register_comm_hook(None, default_hooks.{v}_compress_hook)",
     "prune": "for m in linear_and_conv_layers: prune.l1_unstructured(m, 'weight', amount={v}); "
@@ -105,7 +110,13 @@ def code_for(knobs: dict[str, Any]) -> list[str]:
             lines.append(f"workload option: {name}={value}")
             continue
         dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(str(value), str(value))
+        if name == "compile" and value is True:
+            value = "default"
         line = template.format(v=value, dtype=dtype)
+        if name == "quantize" and value != "int8_dynamic":
+            config = {"int8_weight_only": "Int8WeightOnlyConfig", "int4_weight_only": "Int4WeightOnlyConfig",
+                      "fp8_weight_only": "Float8WeightOnlyConfig"}.get(str(value), str(value))
+            line = f"torchao.quantization.quantize_(model, torchao.quantization.{config}())"
         if name == "amp" and value == "fp16":
             line += "; scaler = torch.amp.GradScaler('cuda') for the backward and step"
         lines.append(line)
@@ -118,19 +129,31 @@ def _has_conv(workload: Any) -> bool:
     return model is not None and any(type(m).__name__.startswith("Conv") for m in model.modules())
 
 
+def _has_torchao() -> bool:
+    """Weight-only quantization is offered only where torchao is installed (found without importing it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("torchao") is not None
+
+
 def default_knobs(workload: Any, cuda: bool, ddp: int, task: str = "train") -> dict[str, list[Any]]:
     """What to try: the generic knobs that apply on this device, then the workload's own options."""
     knobs: dict[str, list[Any]] = {"num_workers": [2], "batch_size": [workload.batch_size * 4],
                                    "amp": ["bf16", "fp16"] if cuda else ["bf16"]}
+    if cuda:  # on a CPU, compiling takes tens of seconds a trial; reduce-overhead is CUDA graphs
+        knobs["compile"] = ["default", "reduce-overhead"]
     if task == "infer":
         knobs["prune"] = [0.3]
-        if not cuda:
-            knobs["quantize"] = ["int8_dynamic"]
+        weight_only = ["int8_weight_only", "int4_weight_only", "fp8_weight_only"] if cuda else ["int8_weight_only"]
+        knobs["quantize"] = ([] if cuda else ["int8_dynamic"]) + (weight_only if _has_torchao() else [])
+        if not knobs["quantize"]:
+            del knobs["quantize"]
         if _has_conv(workload):
             knobs["channels_last"] = [True]
         return knobs
     if ddp > 1:
         knobs["ddp"] = [ddp]
+    knobs["optimizer_impl"] = ["foreach", "fused"]
     if cuda:
         knobs |= {"pin_memory": [True], "tf32": [True], "cudnn_benchmark": [True]}
     if _has_conv(workload):
@@ -165,7 +188,8 @@ def run_in_subprocess(workload: str, trial: Trial, timeout_s: float, steps: int 
         return TrialResult(trial.name, trial.knobs, "ok", throughput=data["throughput"], unit=data["unit"],
                            peak_memory_bytes=data.get("peak_memory_bytes"),
                            data_wait_share=data.get("data_wait_share"), losses=data["losses"],
-                           eval_loss=data["eval_loss"], seconds=seconds)
+                           eval_loss=data["eval_loss"], seconds=seconds, batch_size=data.get("batch_size"),
+                           device_memory_bytes=data.get("device_memory_bytes"))
     status = "oom" if "out of memory" in done.stderr.lower() else "failed"
     return TrialResult(trial.name, trial.knobs, status, error=_error_line(done.stderr)[:300], seconds=seconds)
 
@@ -178,6 +202,34 @@ def _error_line(stderr: str) -> str:
     if errors:
         return re.sub(r"^\[rank\d+\]: ", "", errors[0])
     return lines[-1] if lines else "exited with no message"
+
+
+MAX_BATCH_GROWTH = 16
+"""The largest batch tried is at most this many times the baseline's (a trial takes as many fewer steps)."""
+
+
+def fitting_batch(batch: int | None, peak_bytes: int | None, device_bytes: int | None,
+                  headroom: float = 0.85) -> int | None:
+    """The largest power-of-two multiple of the baseline batch that fits in the GPU, from the baseline's
+    measured peak memory. All of the peak is taken to grow with the batch; the weights and optimizer
+    state do not, so this errs towards batches that fit, and the trial confirms it (an OOM is recorded).
+
+    >>> fitting_batch(32, 10 * 2**30, 141 * 2**30), fitting_batch(32, 60 * 2**30, 80 * 2**30)
+    (256, None)
+    """
+    if not batch or not peak_bytes or not device_bytes:
+        return None
+    growth = min(headroom * device_bytes / peak_bytes, MAX_BATCH_GROWTH)
+    multiple = 1
+    while multiple * 2 <= growth:
+        multiple *= 2
+    return batch * multiple if multiple >= 2 else None
+
+
+def best_safe(results: Iterable[TrialResult]) -> TrialResult | None:
+    """The fastest trial that ran and kept the loss; None when none did."""
+    usable = [r for r in results if r.usable and r.speedup is not None]
+    return max(usable, key=lambda r: r.speedup or 0.0) if usable else None
 
 
 def loss_drift(mine: float | None, baseline: float | None) -> float | None:
@@ -244,6 +296,7 @@ class Search:
         baseline = self._trial(Trial("baseline", {}), None)
         if not baseline.usable:
             return None
+        self._add_fitting_batch(baseline)
         singles = [self._trial(Trial(f"{name}={value}", {name: value}), baseline)
                    for name, value in self._single_knobs() if not self._out_of_time(started)]
         helpful = sorted((r for r in singles if r.usable and (r.speedup or 0) >= MIN_GAIN),
@@ -254,11 +307,20 @@ class Search:
         for candidate in helpful[1:]:
             if self._out_of_time(started):
                 break
+            if set(candidate.knobs) & set(best.knobs) - set(self.fixed):
+                continue  # another value of a knob already chosen (fused after foreach): not a combination
             knobs = {k: v for k, v in {**best.knobs, **candidate.knobs}.items() if k not in self.fixed}
             combined = self._trial(Trial(" + ".join(f"{k}={v}" for k, v in knobs.items()), knobs), baseline)
             if combined.usable and (combined.throughput or 0) > (best.throughput or 0):
                 best = combined
         return best
+
+    def _add_fitting_batch(self, baseline: TrialResult) -> None:
+        """On a GPU, also try the largest batch the baseline's measured memory says fits."""
+        fit = fitting_batch(baseline.batch_size, baseline.peak_memory_bytes, baseline.device_memory_bytes)
+        tried = self.knobs.get("batch_size")
+        if fit is not None and tried is not None and fit > max(tried):
+            self.knobs = {**self.knobs, "batch_size": [*tried, fit]}
 
     def _single_knobs(self) -> Iterable[tuple[str, Any]]:
         for name, values in self.knobs.items():

@@ -18,7 +18,7 @@ from typing import Any
 
 GENERIC_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size", "amp", "tf32",
                  "channels_last", "compile", "cudnn_benchmark", "ddp", "ddp_hook", "bucket_mb", "task", "quantize",
-                 "prune")
+                 "prune", "optimizer_impl")
 """Knobs the tuner applies itself; any other knob is passed to the workload's factory as an option."""
 
 BUILTIN = {name: f"gpufly.tune.workloads.{name}:workload" for name in ("recsys", "cnn", "transformer")}
@@ -86,10 +86,11 @@ def run(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any]:
     model = workload.model.to(device)
     if generic.get("channels_last"):
         model = model.to(memory_format=torch.channels_last)
-    opts = _optimizers(torch, workload, model)
+    implementation = generic.get("optimizer_impl")
+    opts = [_with_implementation(torch, opt, implementation) for opt in _optimizers(torch, workload, model)]
     if world > 1:
         model = _ddp(torch, model, generic, cuda)
-    runner = torch.compile(model) if generic.get("compile") else model
+    runner = _compiled(torch, model, generic.get("compile"), cuda)
     amp = generic.get("amp")
     if amp == "fp16" and not cuda:
         raise ValueError("fp16 AMP needs a CUDA GPU")
@@ -149,7 +150,8 @@ def run(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any]:
     return {"throughput": items / elapsed if elapsed > 0 else None, "unit": workload.unit, "losses": losses,
             "eval_loss": _probe_loss(probe_workload, probe_model, device, base_batch), "world_size": world,
             "data_wait_share": waited / elapsed if elapsed > 0 else None, "steps": len(losses),
-            "peak_memory_bytes": _peak_memory(torch, cuda)}
+            "peak_memory_bytes": _peak_memory(torch, cuda), "batch_size": batch_size,
+            "device_memory_bytes": torch.cuda.get_device_properties(device).total_memory if cuda else None}
 
 
 def run_inference(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any]:
@@ -179,7 +181,7 @@ def run_inference(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any
         loss.backward()
         for opt in opts:
             opt.step()
-    model = _for_inference(torch, model.eval(), generic, cuda)
+    model = _compiled(torch, _for_inference(torch, model.eval(), generic, cuda), generic.get("compile"), cuda)
     amp = generic.get("amp")
     batch_size = int(generic.get("batch_size", workload.batch_size))
     serve = DataLoader(workload.dataset, batch_size=batch_size, collate_fn=workload.collate, drop_last=True,
@@ -210,6 +212,41 @@ def _optimizers(torch: Any, workload: Any, model: Any) -> list[Any]:
     """The workload's optimizer(s) as a list; Adam(lr=1e-3) when it names none."""
     opts = workload.optimizer(model) if workload.optimizer else torch.optim.Adam(model.parameters(), lr=1e-3)
     return opts if isinstance(opts, list) else [opts]
+
+
+def _with_implementation(torch: Any, opt: Any, implementation: str | None) -> Any:
+    """The same optimizer (class, parameter groups, hyperparameters) rebuilt as ``foreach`` (one kernel per
+    group of tensors) or ``fused`` (one kernel for the whole update); one without the option, such as
+    SparseAdam, is kept as it is. Built before the first step, so no optimizer state is lost."""
+    if implementation is None:
+        return opt
+    if implementation not in ("foreach", "fused"):
+        raise ValueError(f"unknown optimizer_impl {implementation!r}: foreach or fused")
+    import inspect
+
+    accepted = inspect.signature(type(opt)).parameters
+    if implementation not in accepted:
+        return opt
+    choice = {"fused": implementation == "fused", "foreach": implementation == "foreach"}
+    groups = [{**group, **choice} for group in opt.param_groups]
+    defaults = {k: v for k, v in opt.defaults.items() if k in accepted and k != "params"}
+    return type(opt)(groups, **(defaults | choice))
+
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+"""torch.compile modes; ``reduce-overhead`` captures CUDA graphs, which need static shapes and a GPU."""
+
+
+def _compiled(torch: Any, model: Any, mode: Any, cuda: bool) -> Any:
+    """torch.compile in the trial's mode (True means the default mode)."""
+    if not mode:
+        return model
+    mode = "default" if mode is True else str(mode)
+    if mode not in COMPILE_MODES:
+        raise ValueError(f"unknown compile mode {mode!r}: {', '.join(COMPILE_MODES)}")
+    if mode == "reduce-overhead" and not cuda:
+        raise ValueError("compile=reduce-overhead captures CUDA graphs and needs a CUDA GPU")
+    return torch.compile(model, mode=mode)
 
 
 def _autocast(torch: Any, device: Any, amp: str | None) -> Any:
@@ -248,8 +285,28 @@ def _for_inference(torch: Any, model: Any, generic: dict[str, Any], cuda: bool) 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch.ao points to torchao; the CPU path still works and is measured
             model = quantize_dynamic(model, _quantizable(torch, model), dtype=torch.qint8)
+    elif quantize in WEIGHT_ONLY:
+        model = _weight_only(model, quantize, cuda)
     elif quantize is not None:
-        raise ValueError(f"unknown quantize {quantize!r}: int8_dynamic")
+        raise ValueError(f"unknown quantize {quantize!r}: int8_dynamic, {', '.join(WEIGHT_ONLY)}")
+    return model
+
+
+WEIGHT_ONLY = {"int8_weight_only": "Int8WeightOnlyConfig", "int4_weight_only": "Int4WeightOnlyConfig",
+               "fp8_weight_only": "Float8WeightOnlyConfig"}
+"""Weight-only quantization through torchao: the weights are stored low-precision and dequantized in
+the matmul kernel, which pays off where decoding is bound by reading weights (GPUs, small batches)."""
+
+
+def _weight_only(model: Any, quantize: str, cuda: bool) -> Any:
+    """torchao's ``quantize_`` with the weight-only config; int4 and fp8 have GPU kernels only."""
+    try:
+        import torchao.quantization as ao
+    except ImportError:
+        raise ValueError(f"quantize={quantize} needs torchao: pip install torchao") from None
+    if quantize != "int8_weight_only" and not cuda:
+        raise ValueError(f"quantize={quantize} has torchao kernels for CUDA GPUs only")
+    ao.quantize_(model, getattr(ao, WEIGHT_ONLY[quantize])())
     return model
 
 

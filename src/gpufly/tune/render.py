@@ -1,0 +1,84 @@
+"""The tuner's HTML page: a speedup chart over every trial, the results table and the code to paste.
+
+Self-contained (inline SVG and CSS, nothing fetched), so it can be attached to a ticket or a
+pull request. Pure: it takes the rows the CLI prints, so it is tested without torch.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+VERDICT_COLOURS = {"ok": "#81c784", "unsafe": "#ffb74d"}
+"""Bar colours: safe trials green, unsafe amber; failures have no bar."""
+
+
+def speedup_chart(rows: list[dict[str, Any]], best: str | None, width: int = 900, bar_h: int = 22) -> str:
+    """Horizontal bars, one per trial with a throughput, scaled to the largest speedup; a line at 1x."""
+    measured = [r for r in rows if r["speedup"] is not None]
+    if not measured:
+        return "<p>No trial measured a throughput.</p>"
+    label_w, right = 330, 70
+    top = max(max(r["speedup"] for r in measured), 1.0)
+    scale = (width - label_w - right) / top
+    height = bar_h * len(measured) + 24
+    parts = []
+    for i, row in enumerate(measured):
+        y = 4 + i * bar_h
+        length = row["speedup"] * scale
+        colour = VERDICT_COLOURS.get(row["status"], "#e57373")
+        mark = " (best)" if row["configuration"] == best else ""
+        name = html.escape(row["configuration"][:48] + mark)
+        parts.append(f'<text x="{label_w - 8}" y="{y + bar_h - 8}" text-anchor="end">{name}</text>'
+                     f'<rect class="trial" data-speedup="{row["speedup"]:.4f}" data-status="{row["status"]}" '
+                     f'x="{label_w}" y="{y}" width="{length:.2f}" height="{bar_h - 4}" fill="{colour}"/>'
+                     f'<text x="{label_w + length + 6:.2f}" y="{y + bar_h - 8}">{row["speedup"]:.2f}x</text>')
+    one = label_w + scale
+    parts.append(f'<line x1="{one:.2f}" x2="{one:.2f}" y1="0" y2="{height - 18}" stroke="#8a96a3" '
+                 f'stroke-dasharray="4 3"/><text x="{one:.2f}" y="{height - 4}" text-anchor="middle">1x</text>')
+    return (f'<svg id="speedups" viewBox="0 0 {width} {height}" width="100%" height="{height}" '
+            f'font-size="12" fill="#e6e9ee">{"".join(parts)}</svg>')
+
+
+def _cell(value: Any, fmt: str) -> str:
+    return "—" if value is None else fmt.format(value)
+
+
+def page(workload: str, rows: list[dict[str, Any]], best: dict[str, Any] | None, results_file: str) -> str:
+    """The whole page; ``best`` is ``{"configuration", "speedup", "code"}`` or None when the baseline failed."""
+    body = "".join(
+        f"<tr><td>{html.escape(r['configuration'])}</td><td>{_cell(r['throughput'], '{:,.0f}')} "
+        f"{html.escape(r['unit'])}/s</td><td>{_cell(r['speedup'], '{:.2f}x')}</td>"
+        f"<td>{_cell(r['loss_drift'] if r['loss_drift'] is None else 100 * r['loss_drift'], '{:.2f}%')}</td>"
+        f"<td>{html.escape(r['status'])}{': ' + html.escape(r['error'][:120]) if r['error'] else ''}</td></tr>"
+        for r in rows)
+    if best is None:
+        verdict = "<p>The baseline itself failed; nothing to compare against.</p>"
+    else:
+        code = html.escape("\n".join(best["code"]) or "# the baseline: no change helped")
+        verdict = (f"<p>Best safe configuration: <b>{html.escape(best['configuration'])}</b>, "
+                   f"{best['speedup']:.2f}x the baseline.</p><pre id='code'>{code}</pre>")
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>gpufly tune {html.escape(workload)}</title>
+<style>
+body {{ font: 14px/1.45 system-ui, sans-serif; background: #0f1419; color: #e6e9ee; margin: 2em; }}
+svg {{ background: #171d24; border-radius: 6px; }} pre {{ color: #80deea; background: #171d24; padding: 1em; }}
+table {{ border-collapse: collapse; }} td, th {{ padding: 4px 10px; border-bottom: 1px solid #2a323c; }}
+td:nth-child(2), td:nth-child(3), td:nth-child(4) {{ text-align: right; }}
+</style></head><body>
+<h1>gpufly tune {html.escape(workload)}</h1>
+<h2>Speedup over the baseline (green: safe; amber: the loss drifted)</h2>
+{speedup_chart(rows, None if best is None else best["configuration"])}
+{verdict}
+<h2>Trials</h2>
+<table id="trials"><tr><th>configuration</th><th>throughput</th><th>speedup</th><th>loss drift</th>
+<th>verdict</th></tr>{body}</table>
+<p>Results file: {html.escape(results_file)}</p>
+</body></html>
+"""
+
+
+def write_html(path: Path, workload: str, rows: list[dict[str, Any]], best: dict[str, Any] | None,
+               results_file: str) -> None:
+    path.write_text(page(workload, rows, best, results_file), encoding="utf-8")

@@ -1,0 +1,81 @@
+"""gpufly.apply: a tuned configuration, loaded from the results file or a dict, applied to the user's own objects."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import gpufly  # noqa: E402
+from gpufly.errors import GpuflyError  # noqa: E402
+from gpufly.tune.engine import ResultsLog, TrialResult  # noqa: E402
+
+
+def _objects() -> tuple[torch.nn.Module, torch.optim.Optimizer, torch.utils.data.DataLoader]:
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    data = torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+    loader = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True, drop_last=True)
+    return model, torch.optim.Adam(model.parameters(), lr=3e-3), loader
+
+
+def test_the_best_safe_trial_of_a_results_file_is_applied(tmp_path: Path) -> None:
+    results = tmp_path / "trials.jsonl"
+    log = ResultsLog(results)
+    log.append(TrialResult("baseline", {}, "ok", throughput=100.0, speedup=1.0))
+    log.append(TrialResult("amp=bf16", {"amp": "bf16"}, "unsafe", throughput=900.0, speedup=9.0))
+    log.append(TrialResult("mix", {"optimizer_impl": "foreach", "batch_size": 32, "num_workers": 1, "sparse": True},
+                           "ok", throughput=150.0, speedup=1.5))
+    model, opt, loader = _objects()
+    applied = gpufly.apply(results, model, opt, loader)
+    assert applied.knobs["batch_size"] == 32, "the unsafe 9x trial is never chosen"
+    assert applied.optimizer is not opt and applied.optimizer.param_groups[0]["foreach"] is True
+    assert applied.optimizer.param_groups[0]["lr"] == 3e-3
+    assert applied.loader.batch_size == 32 and applied.loader.num_workers == 1 and applied.loader.drop_last
+    assert isinstance(applied.loader.sampler, torch.utils.data.RandomSampler)
+    assert applied.todo == ["workload option sparse=True: set it in your own code"]
+    x, y = next(iter(applied.loader))
+    with applied.autocast():
+        loss = torch.nn.functional.mse_loss(applied.model(x), y)
+    loss.backward()
+    applied.optimizer.step()
+    assert applied.scaler is None
+
+
+def test_a_dict_or_the_json_of_tune_works_and_amp_gives_an_autocast(tmp_path: Path) -> None:
+    document = tmp_path / "best.json"
+    document.write_text(json.dumps({"best": {"knobs": {"amp": "bf16", "ddp": 2}}}))
+    model, _, _ = _objects()
+    applied = gpufly.apply(document, model)
+    with applied.autocast():
+        out = applied.model(torch.randn(2, 8))
+    assert out.dtype == torch.bfloat16
+    assert applied.todo[0].startswith("launch with torchrun --nproc-per-node=2")
+    assert gpufly.apply({"amp": "bf16"}, model).knobs == {"amp": "bf16"}
+
+
+def test_serving_knobs_prune_the_model(tmp_path: Path) -> None:
+    model, _, _ = _objects()
+    applied = gpufly.apply({"task": "infer", "prune": 0.5}, model)
+    zeros = float((applied.model[0].weight == 0).float().mean())
+    assert 0.45 < zeros < 0.55 and not applied.model.training
+
+
+def test_bad_configurations_are_clear_errors(tmp_path: Path) -> None:
+    model, opt, _ = _objects()
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    cases = {tmp_path / "absent.jsonl": "no tune configuration", broken: "is not valid JSON"}
+    for config, message in cases.items():
+        with pytest.raises(GpuflyError, match=message):
+            gpufly.apply(config, model)
+    empty = tmp_path / "empty.jsonl"
+    ResultsLog(empty).append(TrialResult("baseline", {}, "failed", error="boom"))
+    with pytest.raises(GpuflyError, match="no successful trial"):
+        gpufly.apply(empty, model)
+    with pytest.raises(GpuflyError, match="needs a CUDA GPU"):
+        gpufly.apply({"amp": "fp16"}, model)
+    with pytest.raises(GpuflyError, match="cannot rebuild the optimizer"):
+        gpufly.apply({"optimizer_impl": "fusd"}, model, opt)

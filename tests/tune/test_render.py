@@ -1,0 +1,36 @@
+"""The tuner's HTML page: one bar per measured trial, scaled to its speedup, the best one marked."""
+
+from __future__ import annotations
+
+import re
+
+from gpufly.tune.render import page, speedup_chart
+
+
+def _row(name: str, status: str, speedup: float | None) -> dict[str, object]:
+    return {"configuration": name, "status": status, "speedup": speedup, "throughput": None if speedup is None
+            else 100 * speedup, "unit": "samples", "loss_drift": 0.0, "error": "boom" if speedup is None else None}
+
+
+ROWS = [_row("baseline", "ok", 1.0), _row("sparse=True", "ok", 4.0), _row("amp=bf16", "unsafe", 2.0),
+        _row("batch_size=1024", "oom", None)]
+
+
+def test_bars_are_proportional_to_the_speedups_and_failures_have_none() -> None:
+    svg = speedup_chart(ROWS, best="sparse=True")
+    pattern = r'data-status="(\w+)" x="\d+" y="\d+" width="([\d.]+)"'
+    widths = {status: float(w) for status, w in re.findall(pattern, svg)}
+    bars = re.findall(r'data-speedup="([\d.]+)"[^>]*width="([\d.]+)"', svg)
+    assert [float(s) for s, _ in bars] == [1.0, 4.0, 2.0]
+    ratios = {round(float(w) / float(s), 3) for s, w in bars}
+    assert len(ratios) == 1, "one scale for every bar"
+    assert set(widths) == {"ok", "unsafe"} and "sparse=True (best)" in svg
+
+
+def test_the_page_has_the_table_and_the_code() -> None:
+    best = {"configuration": "sparse=True", "speedup": 4.0, "code": ["workload option: sparse=True"]}
+    html = page("recsys", ROWS, best, "trials.jsonl")
+    assert html.count("<tr><td>") == 4 and "oom: boom" in html and "4.00x the baseline" in html
+    assert "workload option: sparse=True" in html and "<script" not in html
+    assert "failed; nothing to compare" in page("x", ROWS[:1], None, "t.jsonl")
+    assert "No trial measured" in speedup_chart([ROWS[3]], best=None)
