@@ -84,11 +84,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=61_440, help="Training rows per configuration.")
     parser.add_argument("--price-per-hour", type=float, default=None,
-                        help="USD per hour of this machine, for samples per dollar.")
+                        help="USD per hour of this machine, for samples per dollar (on a GPU in the catalog, "
+                             "its launch price over three years by default).")
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.price_per_hour is None:
+        args.price_per_hour = catalog_price_per_hour()
     shape = RecsysShape()
     log = ClickLog(replace(shape, rows=args.rows + 8192))
     held_out = batch_of(log, torch.arange(args.rows, args.rows + 8192).numpy())
@@ -119,6 +122,26 @@ def main() -> None:
     communication(args.threads)
     for name in ("cnn", "transformer"):
         searched(name)
+
+
+OWNED_HOURS = 3 * 365 * 24
+"""A bought GPU's launch price spread over three years of hours: the ownership cost an hour, when none is given."""
+
+
+def catalog_price_per_hour() -> float | None:
+    """On a GPU the catalog knows, its launch price per owned hour; None on a CPU or an unknown card."""
+    if not torch.cuda.is_available():
+        return None
+    from gpufly.catalog import default_catalog
+
+    properties = torch.cuda.get_device_properties(0)
+    spec = default_catalog().match_device(properties.name, properties.total_memory)
+    if spec is None or spec.launch_price_usd is None:
+        return None
+    price = spec.launch_price_usd / OWNED_HOURS
+    print(f"price: {spec.name} launch price ${spec.launch_price_usd:,.0f} over {OWNED_HOURS:,} hours = "
+          f"${price:.3f}/h (catalog; --price-per-hour overrides)")
+    return price
 
 
 def searched(name: str, steps: int = 24) -> None:
