@@ -77,5 +77,9 @@ def test_bad_configurations_are_clear_errors(tmp_path: Path) -> None:
         gpufly.apply(empty, model)
     with pytest.raises(GpuflyError, match="needs a CUDA GPU"):
         gpufly.apply({"amp": "fp16"}, model)
+    with pytest.raises(GpuflyError, match="needs a CUDA GPU"):
+        gpufly.apply({"compile": "reduce-overhead"}, model)
+    with pytest.raises(GpuflyError, match="CUDA GPUs only"):
+        gpufly.apply({"task": "infer", "quantize": "int4_weight_only"}, model)
     with pytest.raises(GpuflyError, match="cannot rebuild the optimizer"):
         gpufly.apply({"optimizer_impl": "fusd"}, model, opt)

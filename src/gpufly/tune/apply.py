@@ -75,7 +75,7 @@ def apply(config: str | Path | dict[str, Any], model: Any, optimizer: Any = None
     """
     import torch
 
-    from gpufly.tune.worker import GENERIC_KNOBS, _compiled, _for_inference, _with_implementation
+    from gpufly.tune.worker import GENERIC_KNOBS, _autocast, _compiled, _for_inference, _with_implementation
 
     knobs = load_knobs(config)
     device = torch.device(device) if device is not None else _device_of(torch, model)
@@ -86,29 +86,25 @@ def apply(config: str | Path | dict[str, Any], model: Any, optimizer: Any = None
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     if knobs.get("cudnn_benchmark"):
         torch.backends.cudnn.benchmark = True
-    if knobs.get("task") == "infer":
-        model = _for_inference(torch, model.eval(), knobs, cuda)
-    elif knobs.get("channels_last"):
-        model = model.to(memory_format=torch.channels_last)
     if optimizer is not None:
         try:
             optimizer = _with_implementation(torch, optimizer, knobs.get("optimizer_impl"))
         except (ValueError, RuntimeError) as exc:
             raise GpuflyError(f"cannot rebuild the optimizer: {exc}", "drop optimizer_impl from the config") from None
-    try:
+    try:  # the worker's own checks (an unknown mode, a GPU-only knob on a CPU, torchao missing) as one-line errors
+        if knobs.get("task") == "infer":
+            model = _for_inference(torch, model.eval(), knobs, cuda)
+        elif knobs.get("channels_last"):
+            model = model.to(memory_format=torch.channels_last)
         model = _compiled(torch, model, knobs.get("compile"), cuda)
     except ValueError as exc:
-        raise GpuflyError(str(exc), "drop compile from the configuration on this machine") from None
+        raise GpuflyError(str(exc), "drop that knob from the configuration on this machine") from None
     amp = knobs.get("amp")
     if amp == "fp16" and not cuda:
         raise GpuflyError("this configuration uses fp16 AMP, which needs a CUDA GPU", "use amp=bf16 on a CPU")
-    dtype = torch.bfloat16 if amp == "bf16" else torch.float16
-
-    def autocast() -> Any:
-        return torch.autocast(device.type, dtype=dtype, enabled=amp in ("bf16", "fp16"))
-
     scaler = torch.amp.GradScaler("cuda") if amp == "fp16" else None
-    return Applied(model, optimizer, _loader(torch, loader, knobs, cuda), knobs, autocast, scaler, todo)
+    return Applied(model, optimizer, _loader(torch, loader, knobs, cuda), knobs, lambda: _autocast(torch, device, amp),
+                   scaler, todo)
 
 
 def _device_of(torch: Any, model: Any) -> Any:
@@ -124,12 +120,9 @@ def _loader(torch: Any, loader: Any, knobs: dict[str, Any], cuda: bool) -> Any:
     if loader.batch_size is None:
         raise GpuflyError("the DataLoader batches in its dataset (batch_size=None)",
                           "set the tuned loader knobs where the batches are made")
-    workers = int(knobs.get("num_workers", loader.num_workers))
-    args: dict[str, Any] = {"batch_size": int(knobs.get("batch_size", loader.batch_size)),
-                            "collate_fn": loader.collate_fn, "drop_last": loader.drop_last, "num_workers": workers,
-                            "pin_memory": bool(knobs.get("pin_memory", loader.pin_memory)) and cuda,
-                            "shuffle": isinstance(loader.sampler, torch.utils.data.RandomSampler)}
-    if workers:
-        args["persistent_workers"] = bool(knobs.get("persistent_workers", True))
-        args["prefetch_factor"] = int(knobs.get("prefetch_factor", 2))
-    return torch.utils.data.DataLoader(loader.dataset, **args)
+    from gpufly.tune.worker import loader_settings
+
+    return torch.utils.data.DataLoader(
+        loader.dataset, batch_size=int(knobs.get("batch_size", loader.batch_size)), collate_fn=loader.collate_fn,
+        drop_last=loader.drop_last, shuffle=isinstance(loader.sampler, torch.utils.data.RandomSampler),
+        **loader_settings(knobs, cuda, loader.num_workers, loader.pin_memory))

@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpufly.tune.worker import WEIGHT_ONLY
+
 DRIFT_TOLERANCE = 0.02
 """Largest relative gap between a trial's probe loss and the baseline's, after the same training samples."""
 MIN_GAIN = 1.03
@@ -113,10 +115,8 @@ def code_for(knobs: dict[str, Any]) -> list[str]:
         if name == "compile" and value is True:
             value = "default"
         line = template.format(v=value, dtype=dtype)
-        if name == "quantize" and value != "int8_dynamic":
-            config = {"int8_weight_only": "Int8WeightOnlyConfig", "int4_weight_only": "Int4WeightOnlyConfig",
-                      "fp8_weight_only": "Float8WeightOnlyConfig"}.get(str(value), str(value))
-            line = f"torchao.quantization.quantize_(model, torchao.quantization.{config}())"
+        if name == "quantize" and value in WEIGHT_ONLY:
+            line = f"torchao.quantization.quantize_(model, torchao.quantization.{WEIGHT_ONLY[value]}())"
         if name == "amp" and value == "fp16":
             line += "; scaler = torch.amp.GradScaler('cuda') for the backward and step"
         lines.append(line)
@@ -144,10 +144,11 @@ def default_knobs(workload: Any, cuda: bool, ddp: int, task: str = "train") -> d
         knobs["compile"] = ["default", "reduce-overhead"]
     if task == "infer":
         knobs["prune"] = [0.3]
-        weight_only = ["int8_weight_only", "int4_weight_only", "fp8_weight_only"] if cuda else ["int8_weight_only"]
-        knobs["quantize"] = ([] if cuda else ["int8_dynamic"]) + (weight_only if _has_torchao() else [])
-        if not knobs["quantize"]:
-            del knobs["quantize"]
+        quantize = [] if cuda else ["int8_dynamic"]  # torch's dynamic int8 kernels are CPU-only
+        if _has_torchao():
+            quantize += list(WEIGHT_ONLY) if cuda else ["int8_weight_only"]  # int4/fp8 have GPU kernels only
+        if quantize:
+            knobs["quantize"] = quantize
         if _has_conv(workload):
             knobs["channels_last"] = [True]
         return knobs

@@ -95,11 +95,7 @@ def run(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any]:
     if amp == "fp16" and not cuda:
         raise ValueError("fp16 AMP needs a CUDA GPU")
     scaler = torch.amp.GradScaler("cuda") if amp == "fp16" else None
-    workers = int(generic.get("num_workers", 0))
-    loader_args: dict[str, Any] = {"num_workers": workers, "pin_memory": bool(generic.get("pin_memory")) and cuda}
-    if workers:
-        loader_args["persistent_workers"] = bool(generic.get("persistent_workers", True))
-        loader_args["prefetch_factor"] = int(generic.get("prefetch_factor", 2))
+    loader_args = loader_settings(generic, cuda)
     # With DDP each process takes every world-th item (DistributedSampler, no shuffle), so one global step
     # covers the same samples as one single-process step.
     sampler = None
@@ -208,6 +204,19 @@ def run_inference(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any
             "peak_memory_bytes": _peak_memory(torch, cuda)}
 
 
+def loader_settings(knobs: dict[str, Any], cuda: bool, workers: int = 0, pin_memory: bool = False) -> dict[str, Any]:
+    """The DataLoader arguments the knobs set (pinning only with a GPU to copy to); ``workers`` and
+    ``pin_memory`` are what the loader had before. Persistent workers by default: a trial or a training
+    run should not pay for starting them each epoch."""
+    workers = int(knobs.get("num_workers", workers))
+    pin = bool(knobs.get("pin_memory", pin_memory)) and cuda
+    settings: dict[str, Any] = {"num_workers": workers, "pin_memory": pin}
+    if workers:
+        settings["persistent_workers"] = bool(knobs.get("persistent_workers", True))
+        settings["prefetch_factor"] = int(knobs.get("prefetch_factor", 2))
+    return settings
+
+
 def _optimizers(torch: Any, workload: Any, model: Any) -> list[Any]:
     """The workload's optimizer(s) as a list; Adam(lr=1e-3) when it names none."""
     opts = workload.optimizer(model) if workload.optimizer else torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -300,12 +309,12 @@ the matmul kernel, which pays off where decoding is bound by reading weights (GP
 
 def _weight_only(model: Any, quantize: str, cuda: bool) -> Any:
     """torchao's ``quantize_`` with the weight-only config; int4 and fp8 have GPU kernels only."""
+    if quantize != "int8_weight_only" and not cuda:
+        raise ValueError(f"quantize={quantize} has torchao kernels for CUDA GPUs only")
     try:
         import torchao.quantization as ao
     except ImportError:
         raise ValueError(f"quantize={quantize} needs torchao: pip install torchao") from None
-    if quantize != "int8_weight_only" and not cuda:
-        raise ValueError(f"quantize={quantize} has torchao kernels for CUDA GPUs only")
     ao.quantize_(model, getattr(ao, WEIGHT_ONLY[quantize])())
     return model
 
