@@ -87,3 +87,23 @@ def test_a_trace_window_is_summarized_not_dumped() -> None:
     names = [name for name, _, _ in trace.top]
     assert any("addmm" in name or "linear" in name for name in names), names
     assert all(ms >= 0 and calls > 0 for _, ms, calls in trace.top)
+
+
+def test_tf32_set_through_the_new_precision_api_is_read_without_an_error() -> None:
+    """Once a script sets `fp32_precision` (PyTorch's advice), the old `allow_tf32` getter raises; the profiler
+    reads the new API first."""
+    import gpufly
+
+    saved = torch.backends.cuda.matmul.fp32_precision
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    try:
+        model = torch.nn.Linear(8, 8)
+        prof = gpufly.Profiler(warmup=0).watch(model)
+        for x in prof.loader([torch.randn(4, 8) for _ in range(3)]):
+            model(x)
+            prof.step()
+        data = prof.finish()
+    finally:
+        torch.backends.cuda.matmul.fp32_precision = saved
+    assert data.settings.tf32_matmul is True
+    assert data.settings.tf32_cudnn is (torch.backends.cudnn.conv.fp32_precision == "tf32")

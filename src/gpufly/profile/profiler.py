@@ -360,8 +360,8 @@ class Profiler:
     def _read_torch_settings(self, torch: Any) -> None:
         s = self.data.settings
         s.torch_version = torch.__version__
-        s.tf32_matmul = bool(torch.backends.cuda.matmul.allow_tf32)
-        s.tf32_cudnn = bool(torch.backends.cudnn.allow_tf32)
+        s.tf32_matmul = _tf32_allowed(torch.backends.cuda.matmul, torch.backends.cuda.matmul)
+        s.tf32_cudnn = _tf32_allowed(getattr(torch.backends.cudnn, "conv", None), torch.backends.cudnn)
         s.cudnn_benchmark = bool(torch.backends.cudnn.benchmark)
         if self._cuda:
             props = torch.cuda.get_device_properties(torch.cuda.current_device())
@@ -458,3 +458,15 @@ def _batch_size(batch: Any) -> int | None:
             if size is not None:
                 return size
     return None
+
+
+def _tf32_allowed(precision_holder: Any, legacy_holder: Any) -> bool:
+    """Whether TF32 is on, read through the `fp32_precision` API first: once a script sets that API (as PyTorch
+    advises), the old `allow_tf32` getter raises instead of answering. "none" defers to the old flag."""
+    precision = getattr(precision_holder, "fp32_precision", None)
+    if precision in ("tf32", "ieee"):
+        return precision == "tf32"
+    try:
+        return bool(legacy_holder.allow_tf32)
+    except RuntimeError:
+        return False
