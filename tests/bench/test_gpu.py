@@ -97,3 +97,9 @@ def test_event_timing_matches_a_synchronized_wall_clock() -> None:
         torch.cuda.synchronize()
         wall.append(time.perf_counter() - start)
     assert 0.7 <= statistics.median(wall) / events.median_s <= 1.3
+
+
+def test_decode_matmuls_are_timed_as_replayed_cuda_graphs(full_run) -> None:
+    decode = [r for r in full_run[0]["results"] if ".decode." in r["name"]]
+    assert decode
+    assert all(r["params"].get("timing") == "cuda_graph" for r in decode), [r["params"].get("timing") for r in decode]

@@ -37,8 +37,9 @@ class Benchmark:
     ``build`` allocates random inputs and returns the Kernel; ``settings`` is held while it builds
     and runs (a thread count, a matmul precision) and restores what it changed. ``peak`` names the
     datasheet figure it is set beside ("bf16", "memory", "pcie") or is None. ``timer`` is "device"
-    (time the device's own timeline) or "host" (wall clock with synchronization: for latencies
-    that the host's launch overhead is part of).
+    (time the device's own timeline), "graph" (the device's timeline over calls replayed as one CUDA
+    graph, for kernels shorter than a launch; eager where capture fails) or "host" (wall clock with
+    synchronization: for latencies that the host's launch overhead is part of).
     """
 
     name: str
