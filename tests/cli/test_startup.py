@@ -1,4 +1,4 @@
-"""The catalog commands start without torch or transformers (measured by -X importtime)."""
+"""The catalog and advisor commands start without torch or transformers (measured by -X importtime)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 HEAVY = ("torch", "transformers", "matplotlib")
 
 
-@pytest.mark.parametrize("args", [("--help",), ("gpus",), ("gpus", "show", "4090"), ("report",)])
+@pytest.mark.parametrize("args", [("--help",), ("gpus",), ("gpus", "show", "4090"), ("report",),
+                                  ("fit", "llama-3.1-8b", "--gpu", "4090"), ("recommend", "llama-3.1-8b")])
 def test_no_heavy_import(args: tuple[str, ...]) -> None:
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", "gpufly", *args],
                           capture_output=True, text=True, timeout=60)

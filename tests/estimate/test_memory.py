@@ -9,8 +9,8 @@ import pytest
 from gpufly.errors import GpuflyError
 from gpufly.estimate.engines import GIB
 from gpufly.estimate.formats import weight_format
-from gpufly.estimate.job import Job
-from gpufly.estimate.memory import inference_memory, kv_cache_bytes, training_memory, weight_bytes
+from gpufly.estimate.job import DEFAULT_LORA_TARGETS, Job
+from gpufly.estimate.memory import inference_memory, kv_cache_bytes, lora_targets, training_memory, weight_bytes
 from gpufly.models.hf_config import load_config_file, spec_from_config
 from gpufly.models.spec import ModelSpec
 
@@ -107,3 +107,105 @@ def test_bad_jobs_are_refused(changes: dict, message: str) -> None:
 def test_unknown_quant_suggests() -> None:
     with pytest.raises(GpuflyError, match="unknown quantization 'q4_k_x'; did you mean q4_k"):
         weight_format("q4_k_x")
+
+
+@pytest.mark.parametrize("task", ["lora", "qlora"])
+def test_zero_and_fsdp_shard_lora_and_qlora(llama8b: ModelSpec, task: str) -> None:
+    """ZeRO-3 (FSDP full_shard) splits the frozen base; adapter gradients split from ZeRO-2, their
+    optimizer states from ZeRO-1 (Rajbhandari et al. 2020, applied to the trainable adapters)."""
+    by_stage = {stage: training_memory(llama8b, Job(task=task, gpus=4, zero=stage, context=2048))
+                for stage in (0, 1, 2, 3)}
+    adapters = 32 * 16 * (2 * (4096 + 4096) + 2 * (4096 + 1024) + 2 * (4096 + 14336) + (14336 + 4096))
+    base = by_stage[0].get("weights")
+    assert by_stage[0].get("lora_adapters") == 8 * adapters
+    assert by_stage[0].get("optimizer") == 8 * adapters
+    assert by_stage[1].get("optimizer") == 8 * adapters // 4
+    assert by_stage[1].get("lora_adapters") == 8 * adapters
+    assert by_stage[2].get("lora_adapters") == 4 * adapters + 4 * adapters // 4
+    assert by_stage[2].get("weights") == base
+    assert by_stage[3].get("weights") == base // 4
+    assert by_stage[3].get("lora_adapters") == 2 * (4 * adapters // 4)
+    totals = [by_stage[stage].total_bytes for stage in (0, 1, 2, 3)]
+    assert totals == sorted(totals, reverse=True) and totals[3] < totals[0] - base // 2
+
+
+def test_one_gpu_is_not_sharded(llama8b: ModelSpec) -> None:
+    assert training_memory(llama8b, Job(task="qlora", zero=3)) == training_memory(llama8b, Job(task="qlora"))
+
+
+@pytest.mark.parametrize("name, bits", [("q4_0", 4.5), ("q4_1", 5.0), ("q5_0", 5.5), ("q5_1", 6.0), ("q8_0", 8.5),
+                                        ("q3_k", 3.4375), ("q4_k", 4.5), ("q5_k", 5.5), ("q3_k_m", 3.996),
+                                        ("iq4_xs", 4.4597), ("Q4_0", 4.5), ("q2_k", 3.1593), ("q6_k", 6.5633)])
+def test_gguf_types_have_their_bits(name: str, bits: float) -> None:
+    """Block types at ggml's block layout; llama-quantize's file types (mixes) at llama.cpp's table."""
+    fmt = weight_format(name)
+    assert fmt.bits_per_weight == pytest.approx(bits, abs=0.001)
+    assert fmt.engine_family == "gguf"
+
+
+def test_block_types_follow_ggml_block_sizes() -> None:
+    gguf = pytest.importorskip("gguf")
+    for name in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q3_K", "Q4_K", "Q5_K", "TQ1_0", "TQ2_0", "MXFP4"):
+        size, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[name]]
+        assert weight_format(name).bits_per_weight == 8 * type_size / size, name
+
+
+def test_every_gguf_file_type_is_a_format() -> None:
+    gguf = pytest.importorskip("gguf")
+    for member in gguf.LlamaFileType:
+        if member != gguf.LlamaFileType.GUESSED:
+            weight_format("F32" if member == gguf.LlamaFileType.ALL_F32 else member.name.removeprefix("MOSTLY_"))
+
+
+@pytest.mark.parametrize("file_format, quant, exact", [
+    ("Q4_0", "q4_0", True), ("Q3_K_M", "Q3_K_M", True), ("F32", "fp32", True), ("F16", "fp16", True),
+    ("BF16", "bf16", True), ("MXFP4_MOE", "mxfp4_moe", True), ("Q4_K", "q4_k_m", False), ("Q8_0", "bf16", False),
+])
+def test_a_files_own_bytes_are_used_in_its_own_format(file_format: str, quant: str, exact: bool) -> None:
+    spec = ModelSpec(name="f", kind="decoder", source="gguf:f", params=1000, params_method="gguf header",
+                     weight_bytes=1234, weight_format=file_format)
+    assert (weight_bytes(spec, weight_format(quant)) == 1234) is exact
+
+
+@pytest.mark.parametrize("engine, quant, expected", [
+    ("llama.cpp", "nf4", "llama.cpp does not run nf4 weights"), ("llama.cpp", "awq", "--quant q4_k_m"),
+    ("llama.cpp", "int8", "--quant q8_0"), ("vllm", "q4_k_m", "vLLM's GGUF support is experimental"),
+    ("transformers", "q8_0", "transformers does not run GGUF Q8_0"), ("llama.cpp", "q4_k_m", None),
+    ("vllm", "int4", None), ("llama.cpp", "bf16", None),
+])
+def test_engine_and_format_mismatch_is_a_note(llama8b: ModelSpec, engine: str, quant: str,
+                                              expected: str | None) -> None:
+    notes = " ".join(inference_memory(llama8b, Job(engine=engine, quant=quant)).notes)
+    if expected is None:
+        assert "does not run" not in notes and "experimental" not in notes
+    else:
+        assert expected in notes
+
+
+def test_lora_targets_are_checked_against_the_models_linear_layers(llama8b: ModelSpec) -> None:
+    assert lora_targets(llama8b, None) == DEFAULT_LORA_TARGETS
+    assert lora_targets(llama8b, ("q_proj", "v_proj")) == ("q_proj", "v_proj")
+    with pytest.raises(GpuflyError, match="unknown LoRA target module 'qproj'; did you mean q_proj") as caught:
+        lora_targets(llama8b, ("qproj",))
+    assert "q_proj" in caught.value.hint
+    gpt2 = spec_from_config({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100},
+                            "gpt2", "t")
+    with pytest.raises(GpuflyError, match="has none of the default LoRA targets") as caught:
+        lora_targets(gpt2, None)
+    assert "c_attn" in caught.value.hint
+    assert lora_targets(gpt2, ("c_attn",)) == ("c_attn",)
+    assert training_memory(gpt2, Job(task="lora", lora_targets=("c_attn",))).get("lora_adapters") > 0
+    bare = ModelSpec(name="embeddings only", kind="recsys", source="t", params=10, params_method="given")
+    with pytest.raises(GpuflyError, match="has no linear layers for LoRA to adapt"):
+        lora_targets(bare, None)
+
+
+def test_lora_targets_match_as_peft_does() -> None:
+    """A target names a module whose name is it or ends with '.target' (a Sequential index included)."""
+    spec = ModelSpec(name="mlp", kind="other", source="t", params=0, params_method="given",
+                     linear_shapes={"top_mlp.0": (8, 4, 1), "attention.output.dense": (4, 4, 2)})
+    assert training_memory(spec, Job(task="lora", lora_rank=2, lora_targets=("top_mlp.0",))).get(
+        "lora_adapters") == 2 * (8 + 4) * 8
+    assert lora_targets(spec, ("dense",)) == ("dense",)
+    with pytest.raises(GpuflyError, match=r"unknown LoRA target module 'top_mlp\.1'"):
+        lora_targets(spec, ("top_mlp.1",))

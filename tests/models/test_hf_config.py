@@ -89,3 +89,66 @@ def test_config_errors_name_the_problem(tmp_path) -> None:
     odd.write_text('{"model_type": "mamba-9000", "hidden_size": 8}')
     with pytest.raises(GpuflyError, match="mamba-9000"):
         load_model(str(tmp_path))
+
+
+LLAMA_8B_PUBLISHED = 8.03e9
+
+
+@pytest.mark.parametrize("ref", ["llama-3.1-8b", str(CONFIGS / "llama-3.1-8b"),
+                                 str(CONFIGS / "llama-3.1-8b" / "config.json")])
+def test_llama_8b_has_its_published_parameter_count(ref: str) -> None:
+    """The issue's must-have: 8.03e9 within 0.5%, from the preset and from its config.json."""
+    assert load_model(ref).params == pytest.approx(LLAMA_8B_PUBLISHED, rel=0.005)
+
+
+@pytest.mark.parametrize("field, value", [("hidden_size", "big"), ("num_attention_heads", 0),
+                                          ("num_hidden_layers", -32), ("num_key_value_heads", 0),
+                                          ("num_hidden_layers", 32.5), ("vocab_size", True), ("n_shared_experts", -1)])
+def test_bad_sizes_are_refused_by_name(field: str, value: object) -> None:
+    data = {**load_config_file(CONFIGS / "llama-3.1-8b"), field: value}
+    with pytest.raises(GpuflyError, match=f"the field '{field}' must be") as caught:
+        from_config(data, "l", "s", "config.json")
+    assert caught.value.hint
+
+
+def test_absent_and_null_sizes_pass() -> None:
+    data = {**load_config_file(CONFIGS / "llama-3.1-8b"), "head_dim": None, "sliding_window": None}
+    assert from_config(data, "l", "s", "w").params == 8_030_261_248
+
+
+def test_a_config_that_is_not_an_object_says_so(tmp_path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text("[1, 2]")
+    with pytest.raises(GpuflyError, match=r"is not a config\.json object") as caught:
+        load_model(str(path))
+    assert "model_type" in caught.value.hint
+
+
+@needs_transformers
+def test_a_failed_meta_build_is_one_error_with_a_hint() -> None:
+    mamba = {"model_type": "mamba", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 100, "state_size": -3}
+    with pytest.raises(GpuflyError, match="transformers cannot build this mamba model") as caught:
+        from_config(mamba, "m", "s", "config.json")
+    assert "sizes" in caught.value.hint
+
+
+@needs_transformers
+def test_generic_configs_take_the_built_models_layers() -> None:
+    """gpt_neox has a plain MLP (dense_h_to_4h, dense_4h_to_h) and a fused query_key_value."""
+    neox = {"model_type": "gpt_neox", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 100,
+            "num_attention_heads": 4, "intermediate_size": 256}
+    spec = from_config(neox, "neox", "s", "config.json")
+    assert spec.gated_mlp is False
+    assert spec.params == count_on_meta(neox, "neox")
+    assert spec.linear_shapes["attention.query_key_value"] == (64, 192, 2)
+    assert spec.linear_shapes["mlp.dense_h_to_4h"] == (64, 256, 2)
+    assert "q_proj" not in spec.linear_shapes
+
+
+def test_the_generic_reader_knows_plain_mlp_families() -> None:
+    from gpufly.models.hf_config import spec_from_generic_config
+
+    neox = {"model_type": "gpt_neox", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 100,
+            "num_attention_heads": 4, "intermediate_size": 256}
+    assert spec_from_generic_config(neox, "n", "s", "w").gated_mlp is False
+    assert spec_from_generic_config({**neox, "model_type": "internlm2"}, "n", "s", "w").gated_mlp is True

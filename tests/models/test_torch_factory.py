@@ -137,3 +137,35 @@ def test_a_file_that_fails_to_import_is_reported(tmp_path: Path) -> None:
     path.write_text("import no_such_dependency_of_gpufly\n")
     with pytest.raises(GpuflyError, match=r"importing .*bad\.py failed: ModuleNotFoundError"):
         load_factory(f"{path}:f")
+
+
+SMALL_INPUTS_FILE = '''
+import torch
+
+from gpufly.models import zoo
+
+
+def resnet50_at_64px():
+    return zoo.resnet50(), lambda batch_size, device: (torch.randn(batch_size, 3, 64, 64, device=device),)
+'''
+
+
+def test_dlrm_fake_activation_bytes_match_a_real_cpu_run() -> None:
+    batch = 4
+    spec = spec_from_factory("gpufly.models.zoo:dlrm", batch_size=batch)
+    torch.manual_seed(0)
+    module = zoo.dlrm()
+    real = real_saved_bytes(module, module.example_inputs(batch, torch.device("cpu")))
+    assert spec.activation_bytes_per_sample * batch == pytest.approx(real, rel=0.05)
+
+
+def test_resnet50_fake_activation_bytes_match_a_real_cpu_run(tmp_path: Path) -> None:
+    """At 64x64 pixels, so the real run stays a few seconds on a small CPU; the layers are the same."""
+    path = tmp_path / "small_inputs.py"
+    path.write_text(SMALL_INPUTS_FILE)
+    batch = 2
+    spec = spec_from_factory(f"{path}:resnet50_at_64px", batch_size=batch)
+    torch.manual_seed(0)
+    module = zoo.resnet50()
+    real = real_saved_bytes(module, (torch.randn(batch, 3, 64, 64),))
+    assert spec.activation_bytes_per_sample * batch == pytest.approx(real, rel=0.05)

@@ -24,16 +24,24 @@ SCHEMA_VERSION = 1
 DEFAULT_TARGETS = ",".join(DEFAULT_LORA_TARGETS)
 
 Task = Annotated[str, typer.Option("--task", help="infer, lora, qlora or full.")]
-Quant = Annotated[str, typer.Option("--quant", help="fp32, bf16, fp16, fp8, int8, int4[-gN], nf4, q4_k_m, q8_0...")]
+Quant = Annotated[str | None, typer.Option(
+    "--quant", help="fp32, bf16, fp16, fp8, int8, int4[-gN], nf4, q4_k_m, q8_0, q4_0... Default: bf16, or a GGUF "
+    "file's own format.", show_default=False)]
 Ctx = Annotated[int, typer.Option("--ctx", help="Tokens per sequence (prompt + output; training sequence length).")]
 Batch = Annotated[int, typer.Option("--batch", help="Sequences at once (training: micro-batch per GPU).")]
 Kv = Annotated[str, typer.Option("--kv", help="KV-cache format: fp16, fp8, q8_0, q4_0.")]
-EngineOpt = Annotated[str, typer.Option("--engine", help="transformers, vllm or llama.cpp.")]
+EngineOpt = Annotated[str | None, typer.Option(
+    "--engine", help="transformers, vllm or llama.cpp. Default: llama.cpp for GGUF files and formats, else "
+    "transformers.", show_default=False)]
 Optimizer = Annotated[str, typer.Option("--optimizer", help="adamw, adamw8bit, sgd, sgd-momentum, adafactor.")]
 Zero = Annotated[int, typer.Option("--zero", help="ZeRO/FSDP stage 0-3 across the GPUs.")]
 Checkpointing = Annotated[bool, typer.Option("--checkpointing", help="Full activation checkpointing.")]
 LoraRank = Annotated[int, typer.Option("--lora-rank", help="LoRA rank r.")]
-LoraTargets = Annotated[str, typer.Option("--lora-targets", help="Comma-separated modules LoRA adapts.")]
+LoraTargets = Annotated[str | None, typer.Option(
+    "--lora-targets", help=f"Comma-separated linear layers LoRA adapts. Default: those of {DEFAULT_TARGETS} the "
+    "model has.", show_default=False)]
+GpuMemory = Annotated[float, typer.Option("--gpu-memory-utilization",
+                                          help="vLLM: the share of each GPU's memory it may claim.")]
 Fsdp = Annotated[str | None, typer.Option("--fsdp", help="FSDP: full_shard (= ZeRO-3) or shard_grad_op (= ZeRO-2).")]
 Fp32 = Annotated[bool, typer.Option("--fp32", help="Train in fp32 instead of mixed precision.")]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
@@ -43,29 +51,38 @@ FSDP_STAGES = {"full_shard": 3, "shard_grad_op": 2, "no_shard": 0}
 """FSDP sharding strategies and the ZeRO stage each equals in memory (llm-analysis README)."""
 
 
-def _job(task: str, quant: str, ctx: int, batch: int, kv: str, engine: str, optimizer: str, zero: int,
-         checkpointing: bool, lora_rank: int, fp32: bool, lora_targets: str = DEFAULT_TARGETS,
-         fsdp: str | None = None) -> Job:
+def _job(spec: ModelSpec, task: str, quant: str | None, ctx: int, batch: int, kv: str, engine: str | None,
+         optimizer: str, zero: int, checkpointing: bool, lora_rank: int, fp32: bool, lora_targets: str | None = None,
+         fsdp: str | None = None, gpu_memory_utilization: float = 0.9) -> Job:
+    """The Job the options describe for ``spec``. A GGUF file brings its own format (and llama.cpp)
+    as the defaults; options the user gave win."""
     from gpufly.estimate.engines import engine as check_engine
     from gpufly.estimate.formats import kv_bytes, weight_format
+    from gpufly.estimate.memory import lora_targets as resolve_targets
 
-    weight_format(quant)
+    from_file = spec.weight_format if spec.source.startswith("gguf:") else None
+    quant = quant or (from_file.lower() if from_file else "bf16")
+    fmt = weight_format(quant)
     kv_bytes(kv)
+    if engine is None:
+        engine = "llama.cpp" if (from_file or fmt.engine_family == "gguf") and task == "infer" else "transformers"
     check_engine(engine)
     if fp32 and quant == "bf16":
         quant = "fp32"
-    if quant.lower().startswith("q") and engine == "transformers" and task == "infer":
-        engine = "llama.cpp"
     if fsdp is not None:
         if fsdp.lower() not in FSDP_STAGES:
             raise unknown_choice("FSDP strategy", fsdp, FSDP_STAGES)
         zero = FSDP_STAGES[fsdp.lower()]
-    targets = tuple(t.strip() for t in lora_targets.split(",") if t.strip())
-    if not targets:
-        raise GpuflyError("--lora-targets names no module", hint=f"e.g. --lora-targets {DEFAULT_TARGETS}")
+    targets = DEFAULT_LORA_TARGETS
+    if lora_targets is not None:
+        targets = tuple(t.strip() for t in lora_targets.split(",") if t.strip())
+        if not targets:
+            raise GpuflyError("--lora-targets names no module", hint=f"e.g. --lora-targets {DEFAULT_TARGETS}")
+    if task in ("lora", "qlora"):
+        targets = resolve_targets(spec, targets if lora_targets is not None else None)
     return Job(task=task, quant=quant, context=ctx, batch=batch, kv_format=kv, engine=engine, optimizer=optimizer,
                zero=zero, checkpointing=checkpointing, lora_rank=lora_rank, mixed_precision=not fp32,
-               lora_targets=targets)
+               lora_targets=targets, gpu_memory_utilization=gpu_memory_utilization)
 
 
 def _load(model: str, exact: bool = False) -> ModelSpec:
@@ -120,7 +137,14 @@ def render_fit(verdict: Fit, changes: list[Change], out: Console) -> None:
                 f"{_rate(s.prefill_tok_s, 'tok/s')}{ttft}")
     out.print(line + (f" ({s.why})" if s.why else "") + "  [roofline with calibrated efficiencies; "
               "docs/estimates.md]")
-    if changes:
+    if not verdict.fits and not changes:
+        out.print("none of the changes gpufly tries lowers what this job needs per GPU")
+    elif not verdict.fits and not any(change.fit.fits for change in changes):
+        closest = changes[0]
+        out.print(f"no single change makes it fit; the closest is {closest.description}: "
+                  f"{_gib(closest.fit.memory.total_bytes)} GiB per GPU, still short by "
+                  f"{-closest.fit.free_bytes / GIB:.1f} GiB")
+    elif changes:
         title = "Changes that make it fit" if not verdict.fits else "Other options"
         options = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
         for column in ("change", "per-GPU GiB", "fits"):
@@ -130,18 +154,20 @@ def render_fit(verdict: Fit, changes: list[Change], out: Console) -> None:
         out.print(options)
 
 
-def _render_catalog(job: Job, fits: list[Fit], out: Console) -> None:
+def _render_catalog(job: Job, fits: list[Fit], solved: list[dict[str, int | None]], out: Console) -> None:
     table = Table(title=f"Across the catalog: {sum(f.fits for f in fits)} of {len(fits)} GPUs fit",
                   box=box.SIMPLE_HEAD, title_justify="left")
+    limits = list(solved[0]) if solved else []
     for column, justify in (("GPU", "left"), ("VRAM", "right"), ("needs", "right"), ("free", "right"),
-                            ("speed", "right")):
+                            ("speed", "right"), *((LIMITS[key][2], "right") for key in limits)):
         table.add_column(column, justify=justify)
-    for verdict in fits:
+    for verdict, found in zip(fits, solved, strict=True):
         value = (verdict.speed.decode_tok_s if not job.training else
                  verdict.speed.train_tokens_s or verdict.speed.train_samples_s)
         unit = "tok/s" if not job.training else ("tokens/s" if verdict.speed.train_tokens_s else "samples/s")
         table.add_row(verdict.gpu.name, f"{verdict.gpu.vram_gib:g}", _gib(verdict.memory.total_bytes),
                       _gib(verdict.free_bytes), _rate(value, unit) if verdict.fits else "does not fit",
+                      *(f"{found[key]:,}" if found[key] else "none" for key in limits),
                       style=None if verdict.fits else "dim")
     out.print(table)
 
@@ -174,15 +200,45 @@ def _calibrated(targets: Targets, results: Path, catalog: Catalog) -> tuple[Targ
     return calibrated, notes
 
 
+def _catalog_view(spec: ModelSpec, base: Job, catalog: Catalog, solve: dict[str, bool], json_out: bool,
+                  out: Console) -> None:
+    """No catalog GPU on this machine: the verdict on every catalog GPU, with the solved limits as columns."""
+    from gpufly.estimate.advise import fit as fit_one
+
+    verdicts = sorted((fit_one(spec, g, base) for g in catalog if g.vram_gib), key=lambda f: -f.free_bytes)
+    solved = [_solve(spec, verdict.gpu, base, solve) for verdict in verdicts]
+    if json_out:
+        print_json({"schema_version": SCHEMA_VERSION, "model": spec.to_dict(), "job": base.__dict__,
+                    "gpus_on_this_machine": 0,
+                    "catalog": [{**v.to_dict(), **limits} for v, limits in zip(verdicts, solved, strict=True)]})
+        return
+    out.print(_describe(spec, base))
+    out.print("no NVIDIA GPU from the catalog on this machine: the verdict across the catalog "
+              "(give --gpu NAME for one card)")
+    _render_catalog(base, verdicts, solved, out)
+
+
+LIMITS = {"max_ctx": ("context", "longest context", "max ctx"), "max_batch": ("batch", "largest batch", "max batch")}
+"""What --max-ctx and --max-batch solve for: the Job field, its words in a sentence and in a column."""
+
+
+def _solve(spec: ModelSpec, gpu: GpuSpec, job: Job, solve: dict[str, bool]) -> dict[str, int | None]:
+    """The largest context and/or batch that fits ``gpu``, for the flags set in ``solve``."""
+    from gpufly.estimate.advise import largest
+
+    uppers = {"max_ctx": spec.max_context or 1_048_576, "max_batch": 65_536}
+    return {key: largest(spec, gpu, job, LIMITS[key][0], uppers[key]) for key, wanted in solve.items() if wanted}
+
+
 def fit(
     model: Annotated[str, typer.Argument(help="Preset name, config.json or folder, .gguf file, or module:function.")],
     gpu: Annotated[
         str | None, typer.Option("--gpu", help="GPU name, or COUNTxNAME (2xH100). Default: this machine's.")
     ] = None,
-    task: Task = "infer", quant: Quant = "bf16", ctx: Ctx = 4096, batch: Batch = 1, kv: Kv = "fp16",
-    engine: EngineOpt = "transformers", optimizer: Optimizer = "adamw", zero: Zero = 0,
-    checkpointing: Checkpointing = False, lora_rank: LoraRank = 16, lora_targets: LoraTargets = DEFAULT_TARGETS,
-    fsdp: Fsdp = None, fp32: Fp32 = False,
+    task: Task = "infer", quant: Quant = None, ctx: Ctx = 4096, batch: Batch = 1, kv: Kv = "fp16",
+    engine: EngineOpt = None, optimizer: Optimizer = "adamw", zero: Zero = 0,
+    checkpointing: Checkpointing = False, lora_rank: LoraRank = 16, lora_targets: LoraTargets = None,
+    fsdp: Fsdp = None, fp32: Fp32 = False, gpu_memory_utilization: GpuMemory = 0.9,
     max_ctx: Annotated[bool, typer.Option("--max-ctx", help="Solve for the longest context that fits.")] = False,
     max_batch: Annotated[bool, typer.Option("--max-batch", help="Solve for the largest batch that fits.")] = False,
     exact: Annotated[bool, typer.Option("--exact", help="Count parameters on the meta device (transformers).")] = False,
@@ -191,7 +247,7 @@ def fit(
     json_out: Json = False,
 ) -> None:
     """Will MODEL fit on a GPU for this job? Memory breakdown, predicted speed, and what would make it fit."""
-    from gpufly.estimate.advise import changes, largest, parse_gpu
+    from gpufly.estimate.advise import changes, parse_gpu
     from gpufly.estimate.advise import fit as fit_one
 
     catalog = default_catalog()
@@ -199,31 +255,19 @@ def fit(
     calibration: list[str] = []
     if calibrate is not None:
         targets, calibration = _calibrated(targets, calibrate, catalog)
-    base = _job(task, quant, ctx, batch, kv, engine, optimizer, zero, checkpointing, lora_rank, fp32, lora_targets,
-                fsdp)
     spec = _load(model, exact)
+    base = _job(spec, task, quant, ctx, batch, kv, engine, optimizer, zero, checkpointing, lora_rank, fp32,
+                lora_targets, fsdp, gpu_memory_utilization)
     out = console()
+    solve = {"max_ctx": max_ctx, "max_batch": max_batch}
     if not targets:
-        verdicts = sorted((fit_one(spec, g, base) for g in catalog if g.vram_gib), key=lambda f: -f.free_bytes)
-        if json_out:
-            print_json({"schema_version": SCHEMA_VERSION, "model": spec.to_dict(), "job": base.__dict__,
-                        "gpus_on_this_machine": 0, "catalog": [v.to_dict() for v in verdicts]})
-            return
-        out.print(_describe(spec, base))
-        out.print("no NVIDIA GPU from the catalog on this machine: the verdict across the catalog "
-                  "(give --gpu NAME for one card)")
-        _render_catalog(base, verdicts, out)
+        _catalog_view(spec, base, catalog, solve, json_out, out)
         return
     results = []
     for target, count in targets:
         job = base.with_(gpus=count)
         verdict = fit_one(spec, target, job)
-        solved = {}
-        if max_ctx:
-            solved["max_ctx"] = largest(spec, target, job, "context", spec.max_context or 1_048_576)
-        if max_batch:
-            solved["max_batch"] = largest(spec, target, job, "batch", 65_536)
-        results.append((verdict, changes(verdict), solved))
+        results.append((verdict, changes(verdict), _solve(spec, target, job, solve)))
     if json_out:
         print_json({"schema_version": SCHEMA_VERSION, "model": spec.to_dict(), "job": base.__dict__,
                     "results": [{**v.to_dict(), "changes": [c.to_dict() for c in ch], **solved}
@@ -237,7 +281,7 @@ def fit(
         out.print(_describe(spec, verdict.job))
         render_fit(verdict, found_changes, out)
         for key, value in solved.items():
-            label = "longest context" if key == "max_ctx" else "largest batch"
+            label = LIMITS[key][1]
             out.print(f"{label} that fits: {value:,}" if value else f"{label}: nothing fits, even at 1")
     if not all(v.fits for v, _, _ in results):
         raise typer.Exit(1)
@@ -245,9 +289,10 @@ def fit(
 
 def recommend(
     model: Annotated[str, typer.Argument(help="Preset name, config.json or folder, .gguf file, or module:function.")],
-    task: Task = "infer", quant: Quant = "bf16", ctx: Ctx = 4096, batch: Batch = 1, kv: Kv = "fp16",
-    engine: EngineOpt = "transformers", optimizer: Optimizer = "adamw", checkpointing: Checkpointing = False,
-    lora_rank: LoraRank = 16, lora_targets: LoraTargets = DEFAULT_TARGETS, fp32: Fp32 = False,
+    task: Task = "infer", quant: Quant = None, ctx: Ctx = 4096, batch: Batch = 1, kv: Kv = "fp16",
+    engine: EngineOpt = None, optimizer: Optimizer = "adamw", checkpointing: Checkpointing = False,
+    lora_rank: LoraRank = 16, lora_targets: LoraTargets = None, fp32: Fp32 = False,
+    gpu_memory_utilization: GpuMemory = 0.9,
     budget: Annotated[
         float | None, typer.Option("--budget", metavar="USD", help="Most to spend (launch prices).")
     ] = None,
@@ -259,8 +304,11 @@ def recommend(
     """Rank catalog GPUs (and how many of each) that fit MODEL for this job."""
     from gpufly.estimate.advise import recommend as rank
 
-    job = _job(task, quant, ctx, batch, kv, engine, optimizer, 0, checkpointing, lora_rank, fp32, lora_targets)
+    if top < 1:
+        raise GpuflyError(f"--top must be at least 1, got {top}", hint="e.g. --top 10")
     spec = _load(model)
+    job = _job(spec, task, quant, ctx, batch, kv, engine, optimizer, 0, checkpointing, lora_rank, fp32, lora_targets,
+               gpu_memory_utilization=gpu_memory_utilization)
     picks = rank(spec, job, default_catalog(), budget_usd=budget, max_gpus=max_gpus, prefer=prefer)
     if json_out:
         print_json({"schema_version": SCHEMA_VERSION, "model": spec.to_dict(), "job": job.__dict__,

@@ -12,7 +12,7 @@ from gpufly.catalog.spec import GpuSpec
 from gpufly.errors import GpuflyError
 from gpufly.estimate.engines import GIB
 from gpufly.estimate.job import Job
-from gpufly.estimate.memory import MemoryBreakdown, memory
+from gpufly.estimate.memory import MemoryBreakdown, lora_adapter_params, memory
 from gpufly.estimate.speed import Speed, speed
 from gpufly.models.spec import ModelSpec
 
@@ -100,45 +100,73 @@ def largest(model: ModelSpec, gpu: GpuSpec, job: Job, field: str, upper: int) ->
     return low
 
 
-def _inference_changes(job: Job, gpu: GpuSpec) -> Iterable[tuple[str, Job]]:
+def _is_llm(model: ModelSpec) -> bool:
+    return model.kind == "decoder" and model.is_transformer
+
+
+def _inference_changes(model: ModelSpec, job: Job, gpu: GpuSpec) -> Iterable[tuple[str, Job]]:
+    """Smaller weights (int4 and GGUF for transformers only), and the LLM-only KV-cache format."""
     order = ["fp8", "int8", "int4"] if gpu.fp8_tensor_tflops else ["int8", "int4"]
     for quant in order:
-        if quant != job.quant:
+        if quant != job.quant and (quant != "int4" or model.is_transformer):
             yield f"--quant {quant}", job.with_(quant=quant)
+    if not _is_llm(model):
+        return
     if job.engine != "llama.cpp":
         yield "--engine llama.cpp --quant q4_k_m", job.with_(engine="llama.cpp", quant="q4_k_m")
     if job.kv_format in ("fp16", "bf16"):
         yield "--kv fp8", job.with_(kv_format="fp8")
 
 
-def _training_changes(job: Job) -> Iterable[tuple[str, Job]]:
+def _training_changes(model: ModelSpec, job: Job) -> Iterable[tuple[str, Job]]:
+    """Checkpointing, a lighter optimizer, LoRA/QLoRA where the model has layers to adapt, batch 1."""
     if not job.checkpointing:
         yield "--checkpointing", job.with_(checkpointing=True)
+    adaptable = lora_adapter_params(model, job) > 0
     if job.task == "full":
-        yield "--task lora", job.with_(task="lora")
+        if adaptable:
+            yield "--task lora", job.with_(task="lora")
         if job.optimizer == "adamw":
             yield "--optimizer adamw8bit", job.with_(optimizer="adamw8bit")
-    if job.task in ("full", "lora"):
+    if job.task in ("full", "lora") and adaptable:
         yield "--task qlora --checkpointing", job.with_(task="qlora", checkpointing=True)
     if job.batch > 1:
         yield "--batch 1", job.with_(batch=1)
 
 
+def _more_gpus(job: Job, gpu: GpuSpec) -> Iterable[tuple[str, Job]]:
+    """Tensor parallel for inference; for training ZeRO-3 (FSDP full_shard), which splits the weights:
+    data parallelism alone keeps a whole copy on every GPU."""
+    for count in GPU_COUNTS:
+        if count > job.gpus:
+            zero = {"zero": 3} if job.training else {}
+            flag = " --zero 3" if zero and job.zero != 3 else ""
+            yield f"--gpu {count}x{gpu.name.replace(' ', '')}{flag}", job.with_(gpus=count, **zero)
+
+
 def changes(current: Fit) -> list[Change]:
-    """Changes that would make the job fit (or fit with more room), each with its new total."""
+    """Changes that would make the job fit (or fit with more room), each with its new total.
+
+    Only changes that lower the per-GPU total are kept. When none of them fits, the one closest to
+    fitting (the smallest total) comes back alone, its ``fit.fits`` False, so the user learns how far
+    the best single change still is.
+    """
     model, gpu, job = current.model, current.gpu, current.job
-    candidates = list(_training_changes(job) if job.training else _inference_changes(job, gpu))
-    if not current.fits and job.context > 1:
+    candidates = list(_training_changes(model, job) if job.training else _inference_changes(model, job, gpu))
+    if not current.fits and job.context > 1 and model.is_transformer:
         best = largest(model, gpu, job, "context", job.context)
         if best is not None:
             candidates.append((f"--ctx {best}", job.with_(context=best)))
-    for count in GPU_COUNTS:
-        if count > job.gpus:
-            zero = {"zero": 3} if job.task == "full" else {}
-            flag = " --zero 3" if zero else ""
-            candidates.append((f"--gpu {count}x{gpu.name.replace(' ', '')}{flag}", job.with_(gpus=count, **zero)))
-    results = [Change(text, fit(model, gpu, changed)) for text, changed in candidates]
-    return [change for change in results if change.fit.fits] if not current.fits else results[:4]
+    candidates += _more_gpus(job, gpu)
+    total = current.memory.total_bytes
+    results = [change for change in (Change(text, fit(model, gpu, changed)) for text, changed in candidates)
+               if change.fit.memory.total_bytes < total]
+    if current.fits:
+        return results[:4]
+    fitting = [change for change in results if change.fit.fits]
+    if fitting or not results:
+        return fitting
+    return [min(results, key=lambda change: change.fit.memory.total_bytes)]
 
 
 @dataclass(frozen=True)
@@ -188,11 +216,12 @@ def recommend(model: ModelSpec, job: Job, catalog: Iterable[GpuSpec], budget_usd
     if budget_usd is not None and budget_usd <= 0:
         raise GpuflyError(f"--budget must be positive, got {budget_usd:g}", hint="e.g. --budget 5000")
     if max_gpus <= 0:
-        raise GpuflyError(f"--max-gpus must be at least 1, got {max_gpus}")
+        raise GpuflyError(f"--max-gpus must be at least 1, got {max_gpus}",
+                          hint=f"e.g. --max-gpus 8 (counts tried: {', '.join(map(str, GPU_COUNTS))})")
     picks: list[Pick] = []
     for gpu in catalog:
         for count in (c for c in GPU_COUNTS if c <= max_gpus):
-            changed = job.with_(gpus=count, zero=3 if job.task == "full" and count > 1 else job.zero)
+            changed = job.with_(gpus=count, zero=3 if job.training and count > 1 else job.zero)
             verdict = fit(model, gpu, changed)
             if not verdict.fits:
                 continue

@@ -49,7 +49,8 @@ class Job:
             raise GpuflyError(f"--zero must be 0, 1, 2 or 3, got {self.zero}",
                               hint="ZeRO-1 shards optimizer states, 2 also gradients, 3 also weights")
         if not 0.05 <= self.gpu_memory_utilization <= 1.0:
-            raise GpuflyError(f"--gpu-memory-utilization must be within 0.05..1, got {self.gpu_memory_utilization}")
+            raise GpuflyError(f"--gpu-memory-utilization must be within 0.05..1, got {self.gpu_memory_utilization}",
+                              hint="e.g. --gpu-memory-utilization 0.9 (vLLM's default)")
 
     @property
     def training(self) -> bool:

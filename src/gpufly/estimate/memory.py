@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpufly.estimate.engines import ALLOCATOR_FRAGMENTATION, engine
-from gpufly.estimate.formats import WeightFormat, kv_bytes, weight_format
-from gpufly.estimate.job import Job
+from gpufly.errors import GpuflyError, unknown_choice
+from gpufly.estimate.engines import ALLOCATOR_FRAGMENTATION, Engine, engine
+from gpufly.estimate.formats import WeightFormat, kv_bytes, same_format, weight_format
+from gpufly.estimate.job import DEFAULT_LORA_TARGETS, Job
 from gpufly.models.spec import ModelSpec
 
 LLAMA_CPP_BATCH = 512
@@ -24,8 +25,6 @@ OPTIMIZER_STATE_BYTES = {"adamw": 8.0, "adamw8bit": 2.0, "sgd": 0.0, "sgd-moment
 """Bytes of optimizer state per trainable parameter: Adam's two fp32 moments; bitsandbytes 8-bit
 Adam's two int8 moments (Dettmers et al. 2022, block constants ignored); SGD's fp32 momentum.
 Adafactor is computed from the matrix shapes (factored second moment, Shazeer and Stern 2018)."""
-ADAPTER_BYTES_PER_PARAM = 4 + 4
-"""LoRA adapters train in fp32: weight and gradient; their optimizer states are added apart."""
 
 
 @dataclass(frozen=True)
@@ -67,9 +66,16 @@ def lm_head_params(spec: ModelSpec) -> int:
     return spec.vocab * spec.hidden
 
 
+def exact_bytes(spec: ModelSpec, fmt: WeightFormat) -> bool:
+    """Whether the source states the weights' bytes in ``fmt`` (a GGUF file read in its own format)."""
+    return spec.weight_bytes is not None and spec.weight_format is not None and same_format(spec.weight_format,
+                                                                                              fmt.name)
+
+
 def weight_bytes(spec: ModelSpec, fmt: WeightFormat) -> int:
     """Bytes of all weights in ``fmt``; exact from the file when the source is a file in that format."""
-    if spec.weight_bytes is not None and (spec.weight_format or "").upper() == fmt.name.upper():
+    if exact_bytes(spec, fmt):
+        assert spec.weight_bytes is not None
         return spec.weight_bytes
     kept = spec.embedding_params + lm_head_params(spec) if fmt.keeps_embeddings_16bit else 0
     return round((spec.params - kept) * fmt.bits_per_weight / 8 + kept * 2)
@@ -125,6 +131,32 @@ def _context_items(items: list[MemoryItem], context_bytes: int, note: str) -> li
                                "fragmentation"), MemoryItem("runtime", context_bytes, note)]
 
 
+def _weights_note(spec: ModelSpec, fmt: WeightFormat) -> str:
+    if exact_bytes(spec, fmt):
+        return f"{spec.params:,} params at {fmt.name}, exact bytes from the file"
+    return f"{spec.params:,} params at {fmt.name} ({fmt.bits_per_weight:.3g} bits/weight)"
+
+
+_GGUF_COUSIN = {8: "q8_0", 4: "q4_k_m"}
+"""The GGUF format nearest a PyTorch-side format of that many bits, for the mismatch note."""
+
+
+def engine_format_note(runtime: Engine, fmt: WeightFormat) -> str | None:
+    """A warning where the engine does not run the format natively (the estimate goes on with the
+    format's size): GGUF types outside llama.cpp, bitsandbytes/GPTQ/AWQ/fp8 inside it."""
+    if fmt.engine_family == "gguf" and runtime.name == "transformers":
+        return (f"transformers does not run GGUF {fmt.name} weights: it dequantizes a GGUF file to 16-bit when it "
+                f"loads it (the estimate keeps {fmt.name}'s size); use --engine llama.cpp")
+    if fmt.engine_family == "gguf" and runtime.name == "vllm":
+        return (f"vLLM's GGUF support is experimental and it runs its own formats (fp8, int8, int4 AWQ/GPTQ) "
+                f"better than {fmt.name}: use --engine llama.cpp for a GGUF model, or --quant int4 with vLLM")
+    if fmt.engine_family == "torch" and runtime.name == "llama.cpp" and fmt.bits_per_weight < 16:
+        cousin = _GGUF_COUSIN.get(round(fmt.bits_per_weight), "q4_k_m")
+        return (f"llama.cpp does not run {fmt.name} weights (it runs GGUF types): --quant {cousin} is its "
+                f"nearest format")
+    return None
+
+
 def inference_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
     """Memory per GPU to serve ``spec`` as ``job`` says, tensor parallel across ``job.gpus``."""
     fmt = weight_format(job.quant)
@@ -150,11 +182,13 @@ def inference_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
         activations = round((spec.activation_bytes_per_sample or 0) * job.batch)
         act_note = "upper bound: the activations a training step saves, per sample x batch"
     items = [
-        MemoryItem("weights", weights // tp, f"{spec.params:,} params at {fmt.name} "
-                   f"({fmt.bits_per_weight:.3g} bits/weight)" + (f", split over {tp} GPUs" if tp > 1 else "")),
+        MemoryItem("weights", weights // tp, _weights_note(spec, fmt) + (f", split over {tp} GPUs" if tp > 1 else "")),
         MemoryItem("kv_cache", kv // kv_split, f"{job.batch} x {context:,} tokens at {job.kv_format}"),
         MemoryItem("activations", activations, act_note),
     ]
+    mismatch = engine_format_note(runtime, fmt)
+    if mismatch:
+        notes.append(mismatch)
     if runtime.name == "vllm":
         notes.append(f"vLLM takes gpu_memory_utilization x VRAM ({job.gpu_memory_utilization:.0%}) at start "
                      "and fills what is left with KV cache blocks")
@@ -174,10 +208,38 @@ def _optimizer_state_bytes(spec: ModelSpec, job: Job, trainable: int) -> int:
     return round(OPTIMIZER_STATE_BYTES[job.optimizer] * trainable)
 
 
+def _targets(name: str, target: str) -> bool:
+    """PEFT's rule: a target names a module whose name is it or ends with ``.target``."""
+    return name == target or name.endswith("." + target)
+
+
 def lora_adapter_params(spec: ModelSpec, job: Job) -> int:
     """r x (in + out) per adapted matrix, over the target modules the model has."""
     return sum(job.lora_rank * (rows + cols) * count for name, (rows, cols, count) in spec.linear_shapes.items()
-               if name.split(".")[-1] in job.lora_targets)
+               if any(_targets(name, target) for target in job.lora_targets))
+
+
+def lora_targets(spec: ModelSpec, targets: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The modules LoRA adapts: ``targets`` as the user named them, each one a linear layer of the
+    model, or (None) the default projections the model has. A name it lacks is refused with the
+    closest ones; a model with none of the defaults is refused with its own layer names."""
+    names = sorted(spec.linear_shapes)
+    choices = sorted({*names, *(name.rsplit(".", 1)[-1] for name in names)})
+    if not names:
+        raise GpuflyError(f"{spec.name} has no linear layers for LoRA to adapt",
+                          hint="LoRA adds adapters to nn.Linear layers; use --task full for this model")
+    shown = ", ".join(choices[:12]) + (", ..." if len(choices) > 12 else "")
+    if targets is None:
+        found = tuple(t for t in DEFAULT_LORA_TARGETS if any(_targets(name, t) for name in names))
+        if not found:
+            raise GpuflyError(f"{spec.name} has none of the default LoRA targets ({', '.join(DEFAULT_LORA_TARGETS)})",
+                              hint=f"name its linear layers with --lora-targets (it has: {shown})")
+        return found
+    for target in targets:
+        if not any(_targets(name, target) for name in names):
+            raise unknown_choice("LoRA target module", target, choices,
+                                 hint=f"{spec.name}'s linear layers: {shown}")
+    return targets
 
 
 def training_activation_bytes(spec: ModelSpec, job: Job) -> tuple[int, str]:
@@ -213,6 +275,31 @@ def training_activation_bytes(spec: ModelSpec, job: Job) -> tuple[int, str]:
     return body + logits, how
 
 
+def _shards(job: Job) -> dict[str, int]:
+    """How many ways each kind of state is split: ZeRO-1 the optimizer, 2 the gradients, 3 the weights."""
+    return {name: (job.gpus if job.zero >= stage else 1) for name, stage in
+            (("optimizer", 1), ("gradients", 2), ("weights", 3))}
+
+
+def _lora_items(spec: ModelSpec, job: Job) -> list[MemoryItem]:
+    """LoRA and QLoRA: the frozen base (sharded at ZeRO-3, as FSDP-QLoRA does), and fp32 adapters whose
+    gradients (ZeRO-2) and optimizer states (ZeRO-1) shard like a full model's."""
+    n, shard = job.gpus, _shards(job)
+    base = weight_format("nf4" if job.task == "qlora" else job.quant)
+    adapters = lora_adapter_params(spec, job)
+    zero_note = f" / {n} (ZeRO-{job.zero})" if job.zero and n > 1 else ""
+    adapter_bytes = 4 * adapters // shard["weights"] + 4 * adapters // shard["gradients"]
+    return [
+        MemoryItem("weights", weight_bytes(spec, base) // shard["weights"],
+                   f"frozen base at {base.name}" + (zero_note if job.zero >= 3 else "")),
+        MemoryItem("lora_adapters", adapter_bytes,
+                   f"rank {job.lora_rank} on {', '.join(job.lora_targets)}: {adapters:,} params, fp32 "
+                   "weights and gradients" + (zero_note if job.zero >= 2 else "")),
+        MemoryItem("optimizer", _optimizer_state_bytes(spec, job, adapters) // shard["optimizer"],
+                   f"{job.optimizer} states" + (zero_note if job.zero >= 1 else "")),
+    ]
+
+
 def training_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
     """Memory per GPU to train ``spec`` as ``job`` says (ZeRO accounting, Rajbhandari et al. 2020)."""
     n = job.gpus
@@ -222,8 +309,7 @@ def training_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
         weight_b, grad_b = (2, 2) if job.mixed_precision else (4, 4)
         master = 4 * params if job.mixed_precision else 0
         states = _optimizer_state_bytes(spec, job, params)
-        shard = {name: (n if job.zero >= stage else 1) for name, stage in
-                 (("optimizer", 1), ("gradients", 2), ("weights", 3))}
+        shard = _shards(job)
         zero_note = f" / {n} (ZeRO-{job.zero})" if job.zero and n > 1 else ""
         items += [
             MemoryItem("weights", weight_b * params // shard["weights"],
@@ -235,15 +321,7 @@ def training_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
                        + (zero_note if job.zero >= 1 else "")),
         ]
     else:
-        base = weight_format("nf4" if job.task == "qlora" else job.quant)
-        adapters = lora_adapter_params(spec, job)
-        items += [
-            MemoryItem("weights", weight_bytes(spec, base), f"frozen base at {base.name}"),
-            MemoryItem("lora_adapters", adapters * ADAPTER_BYTES_PER_PARAM,
-                       f"rank {job.lora_rank} on {', '.join(job.lora_targets)}: {adapters:,} params, fp32 "
-                       "weights and gradients"),
-            MemoryItem("optimizer", _optimizer_state_bytes(spec, job, adapters), f"{job.optimizer} states"),
-        ]
+        items += _lora_items(spec, job)
     activations, how = training_activation_bytes(spec, job)
     items.append(MemoryItem("activations", activations, f"micro-batch {job.batch} x {job.context:,}: {how}"))
     return MemoryBreakdown(tuple(_context_items(items, engine("transformers").context_bytes,

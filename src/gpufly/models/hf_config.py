@@ -9,6 +9,7 @@ architecture it knows.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,12 +22,44 @@ LLAMA_STYLE = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qw
                "gemma2", "gemma3_text", "phi3", "deepseek_v3", "deepseek_v2", "olmo2", "granite"}
 ENCODERS = {"bert", "roberta", "vit"}
 SUPPORTED = sorted(LLAMA_STYLE | ENCODERS | {"gpt2", "gemma3"})
+PLAIN_MLP = {"gpt_neox", "gptj", "gpt_neo", "gpt_bigcode", "falcon", "bloom", "opt", "phi", "mpt", "codegen",
+             "starcoder2", "biogpt", "xglm"}
+"""Decoder families whose MLP is up, activation, down (no gate), for the generic reader."""
+
+POSITIVE_FIELDS = (
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+    "vocab_size", "head_dim", "n_embd", "n_layer", "n_head", "n_inner", "n_positions", "max_position_embeddings",
+    "moe_intermediate_size", "num_experts_per_tok", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim",
+    "image_size", "patch_size", "num_channels", "sliding_window_pattern", "decoder_sparse_step",
+)
+"""Sizes that must be whole numbers of at least 1 where a config gives them: a zero or negative one
+would divide by zero or count negative parameters."""
+COUNT_FIELDS = (
+    "num_local_experts", "num_experts", "n_routed_experts", "n_shared_experts", "first_k_dense_replace",
+    "q_lora_rank", "qk_nope_head_dim", "sliding_window", "type_vocab_size", "num_labels", "sliding_layers_count",
+    "shared_expert_intermediate_size",
+)
+"""Sizes that may be 0 (no shared experts, no query compression, no sliding window) but not negative."""
+
+
+def check_sizes(data: dict[str, Any], where: str) -> None:
+    """Refuse a size field that is not a whole number in range, naming it (null means absent)."""
+    for names, least in ((POSITIVE_FIELDS, 1), (COUNT_FIELDS, 0)):
+        for name in names:
+            value = data.get(name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                kind = "a positive whole number" if least else "a whole number, 0 or more"
+                raise GpuflyError(f"{where}: the field '{name}' must be {kind}, got {json.dumps(value)}",
+                                  hint=f"fix '{name}' in the config.json (e.g. from the model's published config)")
 
 
 class Config:
-    """A config dict that names the missing field when a needed one is absent."""
+    """A config dict that names the missing field when a needed one is absent, and a bad size."""
 
     def __init__(self, data: dict[str, Any], where: str) -> None:
+        check_sizes(data, where)
         self.data = data
         self.where = where
 
@@ -48,7 +81,8 @@ def load_config_file(path: Path) -> dict[str, Any]:
     data = read_json(target, missing=f"no config.json at {target}",
                      hint="give a Hugging Face config.json or a folder holding one")
     if not isinstance(data, dict):
-        raise GpuflyError(f"{target} is not a config.json object")
+        raise GpuflyError(f"{target} is not a config.json object (it holds a JSON {type(data).__name__})",
+                          hint='a config.json is one JSON object of fields: {"model_type": "llama", ...}')
     return data
 
 
@@ -133,7 +167,7 @@ def _moe_layout(c: Config, model_type: str, layers: int) -> tuple[int, int, int,
     return experts, active, shared, moe_layers, width
 
 
-def _decoder(c: Config, model_type: str, name: str, source: str) -> ModelSpec:
+def _decoder(c: Config, model_type: str, name: str, source: str, gated: bool = True) -> ModelSpec:
     h, layers, vocab = c.need("hidden_size"), c.need("num_hidden_layers"), c.need("vocab_size")
     dense_width = c.need("intermediate_size")
     attn_params, attn_linears, attention = _attention(c, model_type)
@@ -142,7 +176,6 @@ def _decoder(c: Config, model_type: str, name: str, source: str) -> ModelSpec:
         attention = Attention(**{**attention.__dict__, "sliding_window": window, "sliding_layers": sliding_layers})
     norms_per_layer = 4 * h if model_type.startswith("gemma") and model_type != "gemma" else 2 * h
     mlp_bias = c.get("mlp_bias", False)
-    gated = True  # every LLAMA_STYLE family uses a gated MLP (SwiGLU or GeGLU): gate, up, down
 
     def mlp(width: int) -> int:
         return (3 if gated else 2) * h * width + ((2 * width + h) if mlp_bias else 0)
@@ -260,7 +293,12 @@ def spec_from_config(data: dict[str, Any], name: str, source: str, where: str = 
                       f"built in: {', '.join(SUPPORTED)}")
 
 
-def spec_from_generic_config(data: dict[str, Any], name: str, source: str, where: str) -> ModelSpec:
+def spec_from_generic_config(data: dict[str, Any], name: str, source: str, where: str,
+                             gated: bool | None = None) -> ModelSpec:
     """The layout of a decoder family gpufly has no closed form for, read from the fields most
-    configs share (its parameter count is then replaced by a meta-device build)."""
-    return _decoder(Config(data, where), "llama", name, source)
+    configs share (its parameter count and linear layers are then replaced by a meta-device build).
+    ``gated``: whether the MLP has a gate, as the built model's layers tell; None falls back to the
+    family (PLAIN_MLP), since every LLAMA_STYLE family gates (SwiGLU or GeGLU)."""
+    if gated is None:
+        gated = data.get("model_type") not in PLAIN_MLP
+    return _decoder(Config(data, where), "llama", name, source, gated=gated)

@@ -20,16 +20,43 @@ def from_config(data: dict, name: str, source: str, where: str, exact: bool = Fa
     """The spec of a config.json: counted in closed form for the families gpufly knows (the tests
     hold those counts equal to transformers' meta-device builds), and built on the meta device
     through transformers for any other architecture, or for every one when ``exact``."""
-    from gpufly.models.hf_config import SUPPORTED, spec_from_generic_config
-    from gpufly.models.meta import count_on_meta, transformers_available
+    from gpufly.models.hf_config import SUPPORTED, check_sizes
+    from gpufly.models.meta import transformers_available
 
+    check_sizes(data, where)
+    if isinstance(data.get("text_config"), dict):
+        check_sizes(data["text_config"], f"{where} (text_config)")
     known = data.get("model_type") in SUPPORTED or "text_config" in data
-    if not known and transformers_available():
-        params = count_on_meta(data, where)
-        spec = spec_from_generic_config(data, name=name, source=source, where=where)
-        return dataclasses.replace(spec, params=params, active_params=None, params_method="meta device (transformers)")
+    try:
+        if not known and transformers_available():
+            return _generic(data, name, source, where)
+        return _known(data, name, source, where, exact and transformers_available())
+    except GpuflyError:
+        raise
+    except (TypeError, ValueError, ZeroDivisionError, KeyError, AttributeError, IndexError) as exc:
+        raise GpuflyError(f"{where}: cannot read this config.json ({type(exc).__name__}: {exc})",
+                          hint="compare its fields with the model's published config.json") from exc
+
+
+def _generic(data: dict, name: str, source: str, where: str) -> ModelSpec:
+    """An architecture without a closed form: the meta-device build's count and linear layers, over
+    the layout read from the fields most decoder configs share."""
+    from gpufly.models.hf_config import spec_from_generic_config
+    from gpufly.models.meta import build_on_meta
+
+    built = build_on_meta(data, where)
+    spec = spec_from_generic_config(data, name=name, source=source, where=where, gated=built.gated_mlp)
+    linears = ({"linear_shapes": built.linear_shapes, "linear_params": built.linear_params}
+               if built.linear_params else {})
+    return dataclasses.replace(spec, params=built.params, active_params=None,
+                               params_method="meta device (transformers)", **linears)
+
+
+def _known(data: dict, name: str, source: str, where: str, exact: bool) -> ModelSpec:
+    from gpufly.models.meta import count_on_meta
+
     spec = spec_from_config(data, name=name, source=source, where=where)
-    if exact and transformers_available():
+    if exact:
         params = count_on_meta(data, where)
         active = spec.active_params + (params - spec.params) if spec.active_params is not None else None
         spec = dataclasses.replace(spec, params=params, active_params=active,
