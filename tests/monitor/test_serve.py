@@ -141,6 +141,8 @@ def test_port_in_use_is_one_line_with_a_hint() -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [(["--interval", "0"], "--interval must be positive"),
+                                               (["--interval", "inf"], "at most 3600 seconds"),
+                                               (["--interval", "nan"], "at most 3600 seconds"),
                                                (["--port", "70000"], "--port must be between 0 and 65535"),
                                                (["--history", "1"], "--history must be at least 2")])
 def test_bad_options_are_one_line(args: list[str], message: str) -> None:

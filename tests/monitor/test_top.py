@@ -166,6 +166,8 @@ def test_once_prints_a_line_per_gpu_and_json_for_scripts() -> None:
 @pytest.mark.parametrize(("args", "message"), [
     (["--json"], "--json prints one snapshot, so it needs --once"),
     (["--interval", "-1"], "--interval must be positive"),
+    (["--interval", "inf"], "at most 3600 seconds"),
+    (["--interval", "nan"], "at most 3600 seconds"),
     ([], "needs a terminal"),  # stdout is a pipe here
 ])
 def test_bad_use_is_one_line_with_a_hint(args: list[str], message: str) -> None:

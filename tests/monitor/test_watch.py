@@ -114,6 +114,38 @@ def test_bad_options_are_one_line_errors(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["--interval", "inf"], "--interval must be positive and at most 3600 seconds"),
+    (["--interval", "nan"], "--interval must be positive and at most 3600 seconds"),
+    (["--interval", "3601"], "--interval must be positive and at most 3600 seconds"),
+    (["--interval", "-1"], "--interval must be positive"),
+    (["--rotate", "inf", "-o", "x.jsonl"], "--rotate must be a positive size in MB"),
+    (["--rotate", "nan", "-o", "x.jsonl"], "--rotate must be a positive size in MB"),
+])
+def test_bad_numbers_are_one_line_errors(tmp_path: Path, args: list[str], message: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "gpufly", "watch", "--count", "2", *args], capture_output=True,
+                          text=True, timeout=30, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith(f"error: {message}"), proc.stderr
+    assert "hint:" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "x.jsonl").exists(), "rejected before any file is opened"
+
+
+def test_a_full_disk_is_one_line_and_still_says_what_it_wrote(tmp_path: Path) -> None:
+    if not Path("/dev/full").exists():
+        pytest.skip("needs /dev/full")
+    full = tmp_path / "full.jsonl"
+    full.symlink_to("/dev/full")
+    log = SampleLog(full)
+    with pytest.raises(GpuflyError, match=r"cannot write .*full\.jsonl"):
+        log.write(ReplayBackend(RECORDING, loop=False).snapshot())
+    log.close()
+    proc = subprocess.run([sys.executable, "-m", "gpufly", "watch", "--count", "2", "--interval", "0.05",
+                           "--replay", str(RECORDING), "-o", str(full)], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"wrote 0 samples to {full}" in proc.stderr
+    assert f"error: cannot write {full}" in proc.stderr and "hint:" in proc.stderr
+
+
 def test_a_stop_signal_during_a_write_waits_until_the_sample_is_counted() -> None:
     from gpufly.cli.monitoring import Stop, StopSignals
 

@@ -62,6 +62,15 @@ def clean(item_every_step: bool = False) -> gpufly.Profiler:
     return train(DataLoader(data, batch_size=64), _mlp(1024, inputs=256), item_every_step=item_every_step)
 
 
+def small_clean() -> gpufly.Profiler:
+    """A tiny model over an in-memory dataset: handing over the batch is a large share of a short step, but
+    a fraction of a millisecond that worker processes cannot make shorter."""
+    generator = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(64 * 40, 32, generator=generator), torch.randint(0, 4, (64 * 40,)))
+    torch.manual_seed(0)
+    return train(DataLoader(data, batch_size=64), torch.nn.Linear(32, 4))
+
+
 def leaking() -> gpufly.Profiler:
     """An evaluation loop without torch.no_grad() that keeps each batch's score tensor: every graph stays alive."""
     generator = torch.Generator().manual_seed(0)

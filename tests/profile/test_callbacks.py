@@ -56,7 +56,9 @@ def test_a_real_trainer_run() -> None:  # pragma: no cover - runs where accelera
                                           report_to=[], use_cpu=True, save_strategy="no", logging_strategy="no")
     callback = hf_callback(report=False)
     transformers.Trainer(model=Tiny(), args=args, train_dataset=rows, callbacks=[callback]).train()
-    assert len(callback.profiler.data.steps) == 8
+    data = callback.profiler.data
+    assert len(data.steps) == 8, "accelerate's loader reads a batch ahead; that read is not a step of its own"
+    assert data.settings.batch_size == 8, "from the Trainer's arguments: accelerate's loader has no batch_size"
 
 
 def test_the_lightning_callback() -> None:
@@ -85,4 +87,6 @@ def test_the_lightning_callback() -> None:
     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
     pl.Trainer(max_steps=8, callbacks=[callback], logger=False, enable_checkpointing=False,
                enable_progress_bar=False, accelerator="cpu").fit(Module(), loader)
-    assert len(callback.profiler.data.steps) == 8
+    data = callback.profiler.data
+    assert len(data.steps) == 8, "accelerate's loader reads a batch ahead; that read is not a step of its own"
+    assert data.settings.batch_size == 8, "from the Trainer's arguments: accelerate's loader has no batch_size"

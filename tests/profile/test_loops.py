@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+
+import pytest
 import torch
 
-from gpufly.profile.rules import diagnose
+from gpufly.profile.rules import THRESHOLDS, diagnose
 
 from . import loops
 
@@ -47,17 +51,89 @@ def test_a_clean_loop_gets_no_false_alarm() -> None:
     assert sum(s.syncs for s in data.steps) == 0
 
 
+def test_a_small_model_over_an_in_memory_dataset_gets_no_input_bound_alarm() -> None:
+    """The batch handover is a large share of a ~1 ms step, but well under a millisecond: workers would not help."""
+    prof = loops.small_clean()
+    wait = prof.data.median("data_wait_s")
+    assert wait is not None and wait < THRESHOLDS.input_bound_wait_s, f"median wait {1000 * wait:.2f} ms"
+    assert "input_bound" not in _rules(prof)
+    assert prof.data.settings.num_workers == 0 and prof.data.settings.batch_size == 64
+
+
+def test_evaluation_batches_after_training_are_not_steps_and_the_training_loaders_settings_are_reported() -> None:
+    """As `gpufly profile` sees a train+eval script: no step marker, so optimizer steps end steps, and the no_grad
+    validation batches (more of them, another loader) must not become "steps" or stand for the training loop."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import gpufly
+    from gpufly.profile.attach import attached
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train = DataLoader(TensorDataset(torch.randn(16 * 10, 32), torch.randint(0, 4, (16 * 10,))), batch_size=16,
+                       num_workers=1, persistent_workers=True)
+    val = DataLoader(TensorDataset(torch.randn(64 * 20, 32), torch.randint(0, 4, (64 * 20,))), batch_size=64)
+    prof = gpufly.Profiler(warmup=2)
+    with attached(prof):
+        with torch.no_grad():  # a sanity check before training, as Lightning runs: no optimizer step seen yet
+            assert sum(int((model(x).argmax(-1) == y).sum()) for x, y in val) >= 0
+        for _ in range(2):
+            for x, y in train:
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            with torch.no_grad():
+                correct = sum(int((model(x).argmax(-1) == y).sum()) for x, y in val)
+            assert correct >= 0
+    data = prof.finish()
+    assert len(data.steps) == 20, "one step per optimizer step; the 60 validation batches are not steps"
+    assert [s.index for s in data.steps] == list(range(20)) and [s.warmup for s in data.steps[:3]] == [1, 1, 0]
+    assert all(s.batch_size == 16 for s in data.steps)
+    assert data.settings.batch_size == 16 and data.settings.num_workers == 1 and data.settings.persistent_workers
+    assert data.sync_calls == {"int(tensor)": 60}, "the validation's own int() calls are still counted"
+
+
 def test_a_leaking_loop_is_caught() -> None:
     prof = loops.leaking()
     finding = next(f for f in diagnose(prof.data) if f.rule == "memory_creep")
     assert "MiB per step" in finding.seen and "loss.item()" in finding.change
 
 
+@pytest.mark.parametrize(("show", "label"), [
+    (lambda loss: print(loss), "print(tensor)"),
+    (lambda loss: print(f"loss {loss:.4f}"), "f-string of a tensor"),
+    (lambda loss: print(float(loss.detach())), "float(tensor)"),
+    (lambda loss: print("high" if loss > 100 else "ok"), "bool(tensor)"),
+])
+def test_printing_and_converting_a_tensor_count_as_one_sync_each(show, label: str) -> None:  # type: ignore[no-untyped-def]
+    """Each reads the value, so on a GPU each waits; the .item() torch makes inside printing is not counted twice."""
+    import gpufly
+
+    model = torch.nn.Linear(16, 4)
+    optimizer = torch.optim.Adam(model.parameters())  # its own internal .item() and bool() are not the user's
+    prof = gpufly.Profiler(warmup=0).watch(model, optimizer)
+    for x in prof.loader([torch.randn(8, 16) for _ in range(5)]):
+        with prof.step(), contextlib.redirect_stdout(io.StringIO()):
+            loss = model(x).square().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            show(loss)
+    data = prof.finish()
+    assert data.sync_calls == {label: 5}
+    assert [s.syncs for s in data.steps] == [1] * 5
+    assert "sync_points" in _rules(prof)
+
+
 def test_the_profiler_restores_what_it_wrapped() -> None:
-    before = {name: torch.Tensor.__dict__.get(name) for name in ("item", "tolist", "cpu", "numpy")}
+    names = ("item", "tolist", "cpu", "numpy", "__repr__", "__format__", "__float__", "__int__", "__bool__",
+             "__index__")
+    before = {name: torch.Tensor.__dict__.get(name) for name in names}
     loops.clean()
     assert {name: torch.Tensor.__dict__.get(name) for name in before} == before
-    assert torch.tensor(3.0).item() == 3.0
+    assert torch.tensor(3.0).item() == 3.0 and float(torch.tensor(2.0)) == 2.0 and f"{torch.tensor(1.5):.1f}" == "1.5"
 
 
 def test_step_as_a_marker_and_autocast_are_seen() -> None:

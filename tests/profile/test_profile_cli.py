@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).parent.parent / "fixtures" / "profile" / "train_script.py"
 
 
@@ -48,9 +50,90 @@ def test_bad_targets_are_one_line(cli, tmp_path: Path) -> None:  # type: ignore[
     assert missing.code == 2 and "no such script" in missing.stderr and "Traceback" not in missing.stderr
     no_module = cli("profile", "no_such_module_xyz:main")
     assert no_module.code == 2 and "cannot import no_such_module_xyz" in no_module.stderr
+    for target, message in ((":main", "no module name before the ':'"),
+                            (".x:main", "'.x' is not an absolute module name"),
+                            ("a..b:main", "'a..b' is not an absolute module name")):
+        bad_name = cli("profile", target)
+        assert bad_name.code == 2 and f"error: {message}" in bad_name.stderr, bad_name.stderr
+        assert "hint:" in bad_name.stderr and "Traceback" not in bad_name.stderr
     no_function = cli("profile", f"{SCRIPT}:nothing_here")
     assert no_function.code == 2 and "has no function 'nothing_here'" in no_function.stderr
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
     bad = cli("report", "--profile", str(broken))
     assert bad.code == 2 and "is not valid JSON" in bad.stderr
+    wrong_shape = tmp_path / "shape.json"
+    wrong_shape.write_text('{"schema_version": 1, "steps": "x"}')
+    shape = cli("report", "--profile", str(wrong_shape))
+    assert shape.code == 2 and "'steps' should be a list, not str" in shape.stderr, shape.stderr
+    assert "Traceback" not in shape.stderr
+
+
+def test_a_profile_file_of_the_wrong_shape_is_a_one_line_error(tmp_path: Path) -> None:
+    from gpufly.errors import GpuflyError
+    from gpufly.profile.records import load_profile
+
+    for text in ('{"schema_version": 1, "steps": "x"}', '{"schema_version": 1, "steps": ["x"]}',
+                 '{"schema_version": 1, "steps": [], "settings": {"device": "cpu"}, "gpu": [3]}'):
+        path = tmp_path / "p.json"
+        path.write_text(text)
+        with pytest.raises(GpuflyError, match="is not a gpufly profile"):
+            load_profile(path)
+
+
+EXIT3 = """import sys, torch
+from torch.utils.data import DataLoader, TensorDataset
+model = torch.nn.Linear(8, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in DataLoader(TensorDataset(torch.randn(40, 8), torch.randint(0, 2, (40,))), batch_size=8):
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+print("the script ran")
+sys.exit(3)
+"""
+
+
+def test_an_unwritable_output_fails_before_the_run(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    script = tmp_path / "exit3.py"
+    script.write_text(EXIT3)
+    saved = tmp_path / "ok.json"
+    result = cli("profile", "--html", str(tmp_path / "no_such_dir" / "x.html"), "--save", str(saved), str(script))
+    assert result.code == 2 and result.stderr.startswith("error: cannot write --html"), result.stderr
+    assert "hint:" in result.stderr and "Traceback" not in result.stderr
+    assert "the script ran" not in result.stdout, "checked before the script runs, not after"
+    assert not saved.exists(), "the check leaves no file behind"
+    folder = cli("profile", "--save", str(tmp_path), str(script))
+    assert folder.code == 2 and "is a folder" in folder.stderr
+
+
+def test_a_write_failure_after_the_run_is_one_line_and_keeps_the_exit_code(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    if not Path("/dev/full").exists():
+        pytest.skip("needs /dev/full")
+    script = tmp_path / "exit3.py"
+    script.write_text(EXIT3)
+    page = tmp_path / "ok.html"
+    result = cli("profile", "--save", "/dev/full", "--html", str(page), str(script))
+    assert result.code == 3, result.stderr
+    assert "error: cannot write /dev/full" in result.stderr and "Traceback" not in result.stderr
+    assert page.is_file() and "<svg" in page.read_text(), "the other output is still written"
+
+
+def test_the_html_chart_is_scaled_to_the_measured_steps_not_a_long_warm_up(tmp_path: Path) -> None:
+    import re
+
+    from gpufly.profile.records import ProfileData, StepRecord
+    from gpufly.profile.render import write_html
+
+    steps = [StepRecord(index=0, wall_s=2.0, warmup=True)]  # compilation: 200x a measured step
+    steps += [StepRecord(index=i, wall_s=0.010 if i % 2 else 0.005, data_wait_s=0.002) for i in range(1, 11)]
+    page = tmp_path / "chart.html"
+    write_html(page, ProfileData(steps=steps), [])
+    text = page.read_text()
+    bars = [(kind, float(h)) for kind, h in re.findall(r'<rect class="(step[^"]*)"[^>]*height="([\d.]+)"', text)]
+    waits = [float(h) for h in re.findall(r'<rect class="wait"[^>]*height="([\d.]+)"', text)]
+    measured = [h + w for (kind, h), w in zip(bars, waits, strict=True) if kind == "step"]
+    room = 220 - 20
+    assert max(measured) == pytest.approx(room), "the longest measured step fills the chart"
+    assert min(measured) == pytest.approx(room / 2), "a step half as long is half as tall"
+    assert bars[0][0] == "step warmup" and bars[0][1] + waits[0] == pytest.approx(room), "the warm-up bar is clipped"
+    assert text.count('class="clipped"') == 1 and "max 10.0 ms; ▲ longer, clipped" in text

@@ -37,6 +37,8 @@ def test_a_healthy_gpu_run_has_no_finding() -> None:
 def test_input_bound_fires_past_its_share_and_says_by_how_much() -> None:
     below = THRESHOLDS.input_bound_share * 0.9
     assert "input_bound" not in _rules(_run(wait=0.1 * below))
+    short = THRESHOLDS.input_bound_wait_s * 0.9
+    assert "input_bound" not in _rules(_run(wall=2 * short, wait=short)), "half the step, but under the floor"
     finding = diagnose(_run(wait=0.05, util=40.0))[0]
     assert finding.rule == "input_bound" and "50%" in finding.seen
     assert finding.gain == "up to 2.0x if loading fully overlaps compute"
@@ -86,6 +88,32 @@ def test_throttling_names_the_reason_and_the_clock() -> None:
     assert "cooling" in thermal.change
 
 
+def test_throttling_stays_quiet_below_its_share_of_samples() -> None:
+    data = _run(reasons=["sw_power_cap"])
+    slowed = int(THRESHOLDS.throttle_share * len(data.gpu)) - 1  # just under the share (1 of 10)
+    for reading in data.gpu[slowed:]:
+        reading.slowdown_reasons = []
+    assert "throttling" not in _rules(data)
+    for reading in data.gpu[: slowed + 2]:  # 3 of 10: past it
+        reading.slowdown_reasons = ["hw_thermal_slowdown"]
+    assert "throttling" in _rules(data)
+    assert "throttling" not in _rules(_run(util=None)), "no NVML samples, no throttling claim"
+
+
+def test_sync_points_fire_from_one_per_step_and_name_the_calls() -> None:
+    assert "sync_points" not in _rules(_run(syncs=0))
+    finding = next(f for f in diagnose(_run(syncs=2)) if f.rule == "sync_points")
+    assert finding.seen.startswith("2.0 sync calls per step (.item() x40)")
+    assert "on a GPU each one stalls" not in finding.why, "a GPU run: the stall is real, not a CPU caveat"
+    cpu = next(f for f in diagnose(_run(syncs=1, settings=replace(H100, device="cpu"), util=None))
+               if f.rule == "sync_points")
+    assert "on a GPU each one stalls" in cpu.why and cpu.weight < finding.weight
+    sparse = _run(syncs=0)
+    for step in sparse.steps[::2]:
+        step.syncs = 1  # every other step: 0.5 per step on average
+    assert "sync_points" not in _rules(sparse)
+
+
 def test_low_utilization_only_when_nothing_else_explains_it() -> None:
     assert _rules(_run(util=30.0)) == ["low_utilization"]
     assert "low_utilization" not in _rules(_run(util=30.0, syncs=4))
@@ -100,6 +128,15 @@ def test_memory_creep_needs_steady_growth_past_the_threshold() -> None:
     for step in noisy.steps:
         step.memory_bytes = 10 * GIB + (step.index % 2) * 512 * 1024**2  # up and down, no trend
     assert "memory_creep" not in _rules(noisy)
+    slow = _run()
+    for step in slow.steps:  # steady, but 17 measured steps x 2 MiB = 34 MiB, under the threshold
+        step.memory_bytes = 10 * GIB + step.index * 2 * 1024**2
+    assert THRESHOLDS.memory_creep_mib > 17 * 2
+    assert "memory_creep" not in _rules(slow)
+    short = _run(steps=10)
+    for step in short.steps:  # fast growth, but 7 measured steps are too few to call a trend
+        step.memory_bytes = 10 * GIB + step.index * 64 * 1024**2
+    assert "memory_creep" not in _rules(short)
 
 
 def test_findings_come_largest_first_and_round_trip_through_json() -> None:

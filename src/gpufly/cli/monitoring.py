@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
+import math
 import signal
 from types import FrameType
 
 from gpufly.errors import GpuflyError
 
+MAX_INTERVAL_S = 3600.0
+"""An hour between samples is already a sampler that looks stopped; beyond it, time.sleep and the
+sampler's deadlines overflow (inf) or never come (nan turns every comparison false: a busy loop)."""
+
 
 def check_interval(interval: float) -> None:
-    if interval <= 0:
-        raise GpuflyError(f"--interval must be positive, not {interval:g}", "for example --interval 1")
+    if not math.isfinite(interval) or not 0 < interval <= MAX_INTERVAL_S:
+        raise GpuflyError(f"--interval must be positive and at most {MAX_INTERVAL_S:g} seconds, not {interval:g}",
+                          "for example --interval 1")
+
+
+def check_rotate(rotate_mb: float | None) -> int | None:
+    """``--rotate`` in MB as bytes; inf and nan would overflow ``int()`` long after the option was read."""
+    if rotate_mb is None:
+        return None
+    if not math.isfinite(rotate_mb) or rotate_mb <= 0:
+        raise GpuflyError(f"--rotate must be a positive size in MB, not {rotate_mb:g}", "for example --rotate 100")
+    return max(1, int(rotate_mb * 1e6))
 
 
 def check_history(history: int) -> None:

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from gpufly.cli.monitoring import Stop, StopSignals, check_interval
+from gpufly.cli.monitoring import Stop, StopSignals, check_interval, check_rotate
 from gpufly.cli.render import error_console
 from gpufly.errors import GpuflyError
 
@@ -45,13 +45,14 @@ def watch(
 ) -> None:
     """Record the GPUs (and host) every interval; each line is flushed, so a kill loses nothing written."""
     check_interval(interval)
+    rotate_bytes = check_rotate(rotate)
     if count is not None and count <= 0:
         raise GpuflyError(f"--count must be positive, not {count}", "leave it out to run until Ctrl-C")
     from gpufly.monitor.format import no_gpu_line
     from gpufly.monitor.logger import SampleLog, jsonl_lines
     from gpufly.monitor.sampler import open_backend
 
-    log = SampleLog(output, rotate_bytes=int(rotate * 1e6) if rotate is not None else None) if output else None
+    log = SampleLog(output, rotate_bytes=rotate_bytes) if output else None
     backend = open_backend(replay, loop=True)
     taken = 0
     try:
@@ -78,5 +79,7 @@ def watch(
     finally:
         backend.close()
         if log is not None:
-            log.close()
-            error_console().print(f"wrote {log.lines_written} samples to {output}", markup=False)
+            try:
+                log.close()
+            finally:
+                error_console().print(f"wrote {log.lines_written} samples to {output}", markup=False)

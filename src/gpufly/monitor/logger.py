@@ -103,12 +103,19 @@ class SampleLog:
         return os.fstat(self._fd).st_size
 
     def write(self, snapshot: Snapshot) -> None:
-        text = self._render(snapshot, header=self._size() == 0)
-        data = text.encode()
-        if self.rotate_bytes is not None and self._size() > 0 and self._size() + len(data) > self.rotate_bytes:
-            self._rotate()
-            data = self._render(snapshot, header=True).encode()
-        os.write(self._fd, data)
+        """Append one sample; a full disk or a vanished folder is the user's to fix, so a GpuflyError."""
+        try:
+            text = self._render(snapshot, header=self._size() == 0)
+            data = text.encode()
+            if self.rotate_bytes is not None and self._size() > 0 and self._size() + len(data) > self.rotate_bytes:
+                self._rotate()
+                data = self._render(snapshot, header=True).encode()
+            written = os.write(self._fd, data)
+        except OSError as exc:
+            raise self._failed(exc) from None
+        if written != len(data):
+            raise GpuflyError(f"cannot write {self.path}: only {written} of {len(data)} bytes went to the file",
+                              "free some space on that disk, or write to another one with -o")
         self.lines_written += 1
 
     __call__ = write
@@ -118,8 +125,13 @@ class SampleLog:
             return "".join(jsonl_lines(snapshot))
         return csv_text(csv_rows(snapshot), header=header)
 
+    def _failed(self, exc: OSError) -> GpuflyError:
+        return GpuflyError(f"cannot write {self.path}: {exc.strerror or exc}",
+                           "free some space on that disk, or write to another file or folder with -o")
+
     def _rotate(self) -> None:
         os.close(self._fd)
+        self._fd = -1  # closed: a failed rename below must not leave close() a descriptor to close twice
         self.rotated(self.keep).unlink(missing_ok=True)
         for n in range(self.keep - 1, 0, -1):
             if self.rotated(n).exists():
@@ -132,7 +144,13 @@ class SampleLog:
         return self.path.with_name(f"{self.path.stem}.{n}{self.path.suffix}")
 
     def close(self) -> None:
-        os.close(self._fd)
+        if self._fd < 0:
+            return
+        fd, self._fd = self._fd, -1
+        try:
+            os.close(fd)
+        except OSError as exc:
+            raise self._failed(exc) from None
 
 
 def _number(text: str) -> Any:

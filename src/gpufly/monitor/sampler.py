@@ -8,6 +8,7 @@ running totals that a single sample cannot give: energy since start and time spe
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import defaultdict, deque
@@ -130,8 +131,8 @@ class Sampler:
 
     def __init__(self, backend: Backend, interval: float = 1.0, history: History | None = None,
                  listeners: list[Listener] | None = None) -> None:
-        if interval <= 0:
-            raise ValueError("interval must be positive")
+        if not math.isfinite(interval) or interval <= 0:
+            raise ValueError("interval must be positive and finite")
         self.backend = backend
         self.interval = interval
         self.history = history or History()

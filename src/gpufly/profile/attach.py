@@ -71,11 +71,14 @@ def load_function(where: str, name: str) -> Callable[..., Any]:
         namespace = runpy.run_path(str(path), run_name=path.stem)
         function = namespace.get(name)
     else:
+        if not where or where.startswith(".") or not all(part.isidentifier() for part in where.split(".")):
+            what = f"{where!r} is not an absolute module name" if where else "no module name before the ':'"
+            raise GpuflyError(what, "give package.module:function (no leading dot) or file.py:function")
         if str(Path.cwd()) not in sys.path:
             sys.path.insert(0, str(Path.cwd()))
         try:
             module = importlib.import_module(where)
-        except ImportError as exc:
+        except (ImportError, ValueError, TypeError) as exc:
             raise GpuflyError(f"cannot import {where}: {exc}", "run from the folder that holds the package, or "
                               "give file.py:function") from None
         function = getattr(module, name, None)

@@ -20,6 +20,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,30 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 SYNC_METHODS = ("item", "tolist", "cpu", "numpy")
 """Tensor methods that wait for the device (``cpu``/``numpy`` only count on a GPU tensor)."""
 
+SYNC_CONVERSIONS: tuple[tuple[str, str], ...] = (
+    ("__repr__", "print(tensor)"),
+    ("__format__", "f-string of a tensor"),
+    ("__float__", "float(tensor)"),
+    ("__int__", "int(tensor)"),
+    ("__bool__", "bool(tensor)"),
+    ("__index__", "tensor as an index"),
+)
+"""Python conversions that read a tensor's value, so wait for the device like ``.item()``. Counted once, where
+the user's code calls them: the ``.item()``/``.tolist()`` that printing makes inside torch is not counted again,
+and torch's own ``if tensor:`` checks are not the user's to change."""
+
+
+@dataclass
+class _LoaderState:
+    """One iterated loader: its settings, and whether optimizer steps happen while it feeds the loop."""
+
+    settings: dict[str, Any] = field(default_factory=dict)
+    fetches: int = 0
+    optimizer_steps: int = 0
+
+
+LOADER_SETTINGS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size")
+
 
 class _StepContext:
     def __init__(self, profiler: Profiler) -> None:
@@ -38,6 +63,7 @@ class _StepContext:
 
     def __enter__(self) -> _StepContext:
         self._profiler._pending_marker = None
+        self._profiler._explicit_steps = True
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -82,6 +108,10 @@ class Profiler:
         self._statm = None
         self._sync_gaps: list[float] = []
         self._last_sync_at: float | None = None
+        self._loaders: dict[int, _LoaderState] = {}
+        self._feeding: _LoaderState | None = None
+        self._optimizer_steps = 0
+        self._explicit_steps = False
 
     # -- the user's two lines ------------------------------------------------------------------
 
@@ -91,20 +121,28 @@ class Profiler:
 
     def _timed(self, source: Any, make_iterator: Any) -> Iterator[Any]:
         self._start()
-        self._read_loader_settings(source)
+        state = self._loaders.setdefault(id(source), _LoaderState())
+        state.settings.update({name: getattr(source, name) for name in LOADER_SETTINGS if hasattr(source, name)})
+        self._apply_loader_settings()
         iterator = make_iterator()
         while True:
             started = time.perf_counter()
             self._commit_marker()
-            if self._fetches and not self._marked_since_fetch:
+            self._feeding = state
+            if self._evaluating(state):
+                self._skip_to(started)
+            elif self._fetches and not self._marked_since_fetch:
                 self._boundary(started)  # no step markers: one step per batch
             self._marked_since_fetch = False
             try:
                 batch = next(iterator)
             except StopIteration:
+                if self._evaluating(state):
+                    self._skip_to(time.perf_counter())
                 return
             self._current.data_wait_s += time.perf_counter() - started
             self._fetches += 1
+            state.fetches += 1
             if self._current.batch_size is None:
                 self._current.batch_size = _batch_size(batch)
             yield batch
@@ -133,6 +171,7 @@ class Profiler:
             self.data.crash = f"{type(crash).__name__}: {crash}"
         if self._active:
             self._stop()
+        self._apply_loader_settings()
         self.data.sync_calls = dict(self._sync_calls)
         return self.data
 
@@ -183,6 +222,39 @@ class Profiler:
         self._last_boundary = at
         self._current = StepRecord(index=record.index + 1, wall_s=0.0)
         self._advance_trace()
+
+    def _evaluating(self, state: _LoaderState) -> bool:
+        """A loader that feeds no optimizer step once training has begun is evaluation, not the loop's steps.
+
+        Without this, 40 no_grad validation batches after 20 training steps are most of the "steps", and their
+        median and their loader's num_workers=0 stand for the training loop. Explicit ``prof.step()`` markers
+        say what a step is themselves, so they are left alone.
+        """
+        return not self._explicit_steps and self._optimizer_steps > 0 and state.optimizer_steps == 0
+
+    def _skip_to(self, at: float) -> None:
+        """Drop the partial step (evaluation work) and start the next step at ``at``."""
+        self._last_boundary = at
+        self._current = StepRecord(index=self._current.index, wall_s=0.0)
+        self._sync_gaps.clear()
+        self._last_sync_at = None
+        self._forward_end = None
+        self._marked_since_fetch = True
+
+    def _drop_steps_before_training(self) -> None:
+        """Batch-per-step records made before the first optimizer step are not training steps: a loader that reads
+        one batch ahead (accelerate's, under the HF Trainer) or a sanity-check validation before training."""
+        self.data.steps.clear()
+        self._current.index = 0
+
+    def _apply_loader_settings(self) -> None:
+        """The settings of the loader that feeds the optimizer steps (or, before any, the busiest one)."""
+        if not self._loaders:
+            return
+        main = max(self._loaders.values(), key=lambda state: (state.optimizer_steps, state.fetches))
+        for name, value in main.settings.items():
+            if value is not None or name != "batch_size":  # None: batches come from a batch_sampler, size unknown
+                setattr(self.data.settings, name, value)
 
     def _count_sync(self) -> None:
         """One more sync in this step, and the CPU time since the previous one (or the step's start)."""
@@ -256,7 +328,7 @@ class Profiler:
         counter = self._sync_calls
         current = self
 
-        def wrap(method: str, gpu_only: bool) -> None:
+        def wrap(method: str, label: str, gpu_only: bool) -> None:
             original = getattr(torch.Tensor, method)
 
             def counted(tensor: Any, *args: Any, **kwargs: Any) -> Any:
@@ -264,7 +336,7 @@ class Profiler:
                 # change. On a GPU run only GPU tensors wait; on a CPU run every call is one that would.
                 on_device = tensor.is_cuda
                 if (on_device or not (gpu_only or current._cuda)) and not _called_from_torch():
-                    counter[f".{method}()"] += 1
+                    counter[label] += 1
                     current._count_sync()
                 return original(tensor, *args, **kwargs)
 
@@ -272,7 +344,9 @@ class Profiler:
             self._patch_tensor(torch, method, counted)
 
         for method in SYNC_METHODS:
-            wrap(method, gpu_only=method in ("cpu", "numpy"))
+            wrap(method, f".{method}()", gpu_only=method in ("cpu", "numpy"))
+        for method, label in SYNC_CONVERSIONS:
+            wrap(method, label, gpu_only=False)
         if self._cuda:
             self._wrap_copies(torch)
             original_sync = torch.cuda.synchronize
@@ -295,7 +369,11 @@ class Profiler:
 
             def timed(tensor: Any, *args: Any, **kwargs: Any) -> Any:
                 if tensor.is_cuda:
-                    return original(tensor, *args, **kwargs)
+                    result = original(tensor, *args, **kwargs)
+                    if not getattr(result, "is_cuda", True) and not _called_from_torch():
+                        current._sync_calls[f".{method}(cpu)"] += 1  # device to host waits, like .cpu()
+                        current._count_sync()
+                    return result
                 started = time.perf_counter()
                 result = original(tensor, *args, **kwargs)
                 if getattr(result, "is_cuda", False):
@@ -352,6 +430,11 @@ class Profiler:
                 self.data.settings.model_dtype = str(params[0].dtype).removeprefix("torch.")
 
     def _optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._optimizer_steps == 0 and not self._explicit_steps and self.data.steps:
+            self._drop_steps_before_training()
+        self._optimizer_steps += 1
+        if self._feeding is not None:
+            self._feeding.optimizer_steps += 1
         if self._optimizer_start is not None:
             self._current.optimizer_s = (self._current.optimizer_s or 0.0) + time.perf_counter() - self._optimizer_start
 
@@ -368,12 +451,6 @@ class Profiler:
             s.gpu_name = props.name
             s.compute_capability = (props.major, props.minor)
             s.gpu_memory_total_bytes = int(props.total_memory)
-
-    def _read_loader_settings(self, loader: Any) -> None:
-        s = self.data.settings
-        for name in ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size"):
-            if hasattr(loader, name):
-                setattr(s, name, getattr(loader, name))
 
     def _memory_reading(self) -> int | None:
         if self._cuda:
@@ -442,6 +519,7 @@ class Profiler:
 
 
 def _called_from_torch() -> bool:
+    """Whether the wrapped call came from torch itself: frame 0 is this, 1 the wrapper, 2 the caller."""
     caller = sys._getframe(2).f_globals.get("__name__", "")
     return caller == "torch" or caller.startswith("torch.")
 

@@ -182,7 +182,11 @@ def load_profile(path: Any) -> ProfileData:
     data = read_json(Path(path), f"no profile file at {path}", hint)
     if not isinstance(data, dict) or "steps" not in data or data.get("schema_version") != SCHEMA_VERSION:
         raise GpuflyError(f"{path} is not a gpufly profile (schema_version {SCHEMA_VERSION})", hint)
+    for name, kind in (("steps", list), ("settings", dict), ("gpu", list), ("trace", dict), ("sync_calls", dict)):
+        if data.get(name) is not None and not isinstance(data[name], kind):
+            raise GpuflyError(f"{path} is not a gpufly profile: {name!r} should be a {kind.__name__}, "
+                              f"not {type(data[name]).__name__}", hint)
     try:
         return ProfileData.from_dict(data)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, AttributeError) as exc:  # a hand-edited or foreign file, field by field
         raise GpuflyError(f"{path} is not a gpufly profile: {exc}", hint) from None

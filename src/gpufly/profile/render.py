@@ -5,10 +5,12 @@ from __future__ import annotations
 import html
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from gpufly.errors import GpuflyError
 from gpufly.profile.records import ProfileData
 from gpufly.profile.rules import Finding
 
@@ -66,11 +68,24 @@ def emit(data: ProfileData, as_json: bool = False, html: str | Path | None = Non
         print_json_report(data, findings)
     elif not quiet:
         print_report(data, findings)
+    failures = []
+    if save is not None:  # the measurements first: they are what a rerun would cost
+        failures.append(_write(Path(save), lambda path: path.write_text(json.dumps(data.to_dict(), indent=1) + "\n")))
     if html is not None:
-        write_html(Path(html), data, findings)
-    if save is not None:
-        Path(save).write_text(json.dumps(data.to_dict(), indent=1) + "\n")
+        failures.append(_write(Path(html), lambda path: write_html(path, data, findings)))
+    errors = [f for f in failures if f is not None]
+    if errors:
+        raise GpuflyError("; ".join(errors), "choose a file in a folder that exists and that you can write to")
     return findings
+
+
+def _write(path: Path, write: Callable[[Path], None]) -> str | None:
+    """Write one output; a failure is returned as text, so one bad path does not lose the other file."""
+    try:
+        write(path)
+    except OSError as exc:
+        return f"cannot write {path}: {exc.strerror or exc}"
+    return None
 
 
 def print_json_report(data: ProfileData, findings: list[Finding]) -> None:
@@ -129,24 +144,35 @@ def write_html(path: Path, data: ProfileData, findings: list[Finding]) -> None:
 
 
 def _step_chart(data: ProfileData, width: int = 900, height: int = 220) -> str:
+    """Bars scaled to the measured steps: a warm-up step (compilation, worker start) can be 100x longer, and scaled
+    to it every measured bar would be a pixel high. Taller warm-up bars are clipped and marked with a triangle."""
     steps = data.steps
     if not steps:
         return "<p>No step measured.</p>"
-    top = max(s.wall_s for s in steps) or 1.0
+    top = max(s.wall_s for s in data.measured) or 1.0
+    room = height - 20
     bar_w = width / len(steps)
     rects = []
     for i, step in enumerate(steps):
         x = i * bar_w
-        total_h = step.wall_s / top * (height - 20)
-        wait_h = min(step.data_wait_s, step.wall_s) / top * (height - 20)
+        clipped = step.wall_s > top
+        total_h = min(step.wall_s, top) / top * room
+        wait_h = min(step.data_wait_s, step.wall_s, top) / top * room
         opacity = "0.45" if step.warmup else "1"
-        rects.append(f'<rect class="step" x="{x:.2f}" y="{height - total_h:.2f}" width="{max(bar_w - 1, 0.5):.2f}" '
-                     f'height="{total_h - wait_h:.2f}" fill="#4fc3f7" opacity="{opacity}"/>')
+        kind = "step warmup" if step.warmup else "step"
+        tip = f"<title>step {step.index}: {1000 * step.wall_s:.1f} ms{' (warm-up)' if step.warmup else ''}</title>"
+        rects.append(f'<rect class="{kind}" x="{x:.2f}" y="{height - total_h:.2f}" width="{max(bar_w - 1, 0.5):.2f}" '
+                     f'height="{total_h - wait_h:.2f}" fill="#4fc3f7" opacity="{opacity}">{tip}</rect>')
         rects.append(f'<rect class="wait" x="{x:.2f}" y="{height - wait_h:.2f}" width="{max(bar_w - 1, 0.5):.2f}" '
                      f'height="{wait_h:.2f}" fill="#e57373" opacity="{opacity}"/>')
-    label = f'<text x="4" y="14" fill="#8a96a3" font-size="12">max {1000 * top:.1f} ms</text>'
+        if clipped:
+            middle, tip_y = x + bar_w / 2, height - room
+            rects.append(f'<polygon class="clipped" points="{middle - 4:.2f},{tip_y + 6:.2f} {middle + 4:.2f},'
+                         f'{tip_y + 6:.2f} {middle:.2f},{tip_y - 2:.2f}" fill="#ffb74d">{tip}</polygon>')
+    clipped_note = "; ▲ longer, clipped" if any(s.wall_s > top for s in steps) else ""
+    label = f'<text x="4" y="14" fill="#8a96a3" font-size="12">max {1000 * top:.1f} ms{clipped_note}</text>'
     return (f'<svg id="steps" viewBox="0 0 {width} {height}" width="100%" height="{height}" '
-            f'data-steps="{len(steps)}">{label}{"".join(rects)}</svg>')
+            f'data-steps="{len(steps)}" data-scale-ms="{1000 * top:.3f}">{label}{"".join(rects)}</svg>')
 
 
 def _page(data: ProfileData, findings: list[Finding], facts: dict[str, Any]) -> str:
@@ -172,7 +198,7 @@ svg {{ background: #171d24; border-radius: 6px; }}
 {"N/A" if median is None else f"{1000 * median:.1f} ms"}; device {html.escape(str(data.settings.gpu_name or
 data.settings.device))}.</p>
 {crash}
-<h2>Step time (red: waiting for data; faded: warm-up)</h2>
+<h2>Step time (red: waiting for data; faded: warm-up, scaled to the measured steps)</h2>
 {_step_chart(data)}
 <h2>Where a step goes</h2>
 <div class="bar">{parts}</div>
