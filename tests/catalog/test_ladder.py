@@ -37,6 +37,15 @@ def test_svg_ladder_is_valid_xml_with_every_name(catalog, tmp_path) -> None:
     assert all(spec.name in text for spec in specs)
 
 
+def test_bars_give_memory_in_the_catalogs_unit(catalog, tmp_path) -> None:
+    path = tmp_path / "ladder.svg"
+    specs = rank(catalog, METRICS["peak_tflops"])
+    draw_ladder(specs, METRICS["peak_tflops"], path, "Source: test")
+    labels = [node.text for node in ET.parse(path).getroot().iter() if node.text and node.text.endswith("B")]
+    assert "24 GiB" in labels and "80 GiB" in labels
+    assert not [label for label in labels if label.endswith(" GB")]
+
+
 def test_unknown_chart_type_is_refused(catalog, tmp_path) -> None:
     with pytest.raises(GpuflyError, match=r"cannot draw a chart as '\.jpg'"):
         draw_ladder(list(catalog), METRICS["vram_gib"], tmp_path / "x.jpg", "s")

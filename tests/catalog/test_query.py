@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields as dataclass_fields
+
 import pytest
 
 from gpufly.catalog.query import METRICS, Filters, metric, rank, select
@@ -90,3 +92,13 @@ def test_compute_capability_sorts_numerically() -> None:
     newer = make("newer", compute_capability="12.0")
     older = make("older", compute_capability="9.0")
     assert rank([older, newer], metric("cc")) == [newer, older]
+
+
+def test_every_numeric_field_is_sortable() -> None:
+    numeric = [f.name for f in dataclass_fields(GpuSpec)
+               if f.name not in ("derived",) and f.type in ("int", "float", "int | None", "float | None")]
+    assert "pcie_lanes" in numeric and len(numeric) >= 16
+    assert set(numeric) <= set(METRICS)
+    wide, narrow = make("wide", pcie_lanes=16), make("narrow", pcie_lanes=8)
+    assert rank([narrow, wide], metric("pcie_lanes")) == [wide, narrow]
+    assert metric("pcie_lanes").label == "PCIe lanes"

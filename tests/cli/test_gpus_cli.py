@@ -23,6 +23,33 @@ def test_list_shows_a_table_of_every_gpu(cli, catalog) -> None:
         assert name in result.stdout
 
 
+def test_at_80_columns_every_name_is_whole_and_the_ranked_column_is_kept(cli, catalog) -> None:
+    result = cli("gpus", env={"COLUMNS": "80"})
+    assert result.code == 0
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    rows = {line.split("  ")[0].strip() for line in lines}
+    assert {spec.name for spec in catalog} <= rows, "each GPU name starts a row, whole"
+    assert "Not shown at this width: INT8" in " ".join(lines)
+    ranked = cli("gpus", "--sort", "tflops_per_usd", env={"COLUMNS": "80"})
+    header = next(line for line in ranked.stdout.splitlines() if line.lstrip().startswith("GPU"))
+    assert header.rstrip().endswith("TFLOPS/$1k") and len(header) <= 80
+    assert "RTX 4090" in ranked.stdout
+    int8 = cli("gpus", "--sort", "int8", env={"COLUMNS": "80"})
+    assert "INT8" in next(line for line in int8.stdout.splitlines() if line.lstrip().startswith("GPU"))
+
+
+def test_wide_terminals_show_every_column(cli) -> None:
+    header = next(line for line in cli("gpus").stdout.splitlines() if line.lstrip().startswith("GPU"))
+    assert header.split() == ["GPU", "Arch", "GiB", "GB/s", "FP32", "TF32", "FP16", "BF16", "FP8", "INT8", "W", "USD"]
+
+
+def test_sort_by_pcie_lanes(cli) -> None:
+    data = json.loads(cli("gpus", "--sort", "pcie_lanes", "--json").stdout)
+    lanes = [gpu["pcie_lanes"] for gpu in data["gpus"] if gpu["pcie_lanes"] is not None]
+    assert data["sort"] == "pcie_lanes" and lanes == sorted(lanes, reverse=True) and lanes
+
+
 def test_sorted_list_ranks_best_first(cli) -> None:
     result = cli("gpus", "--sort", "vram", "--vendor", "nvidia", "--json")
     assert result.code == 0

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gpufly.doctor.checks import diagnose, smoke_findings
-from gpufly.doctor.facts import DriverFact, Facts, facts_from_dict, load_facts
+from gpufly.catalog import Catalog, GpuSpec
+from gpufly.doctor.checks import diagnose, slow_half_precision, smoke_findings
+from gpufly.doctor.facts import DriverFact, Facts, GpuFact, facts_from_dict, load_facts
 from gpufly.doctor.smoke import SmokeResult
 from gpufly.errors import GpuflyError
 
@@ -55,19 +56,77 @@ def test_facts_round_trip(tmp_path) -> None:
     assert load_facts(path) == facts
 
 
-@pytest.mark.parametrize("text, message", [
+HEALTHY = json.loads((SCENARIOS[0].parent / "healthy_gpu.json").read_text())["facts"]
+
+
+def _with(path: str, value: object) -> str:
+    """The healthy GPU machine's facts with one value replaced; ``path`` is dotted ("gpus.0.name")."""
+    data = json.loads(json.dumps(HEALTHY))
+    *parents, last = path.split(".")
+    target = data
+    for key in parents:
+        target = target[int(key)] if isinstance(target, list) else target[key]
+    target[last] = value
+    return json.dumps(data)
+
+
+MALFORMED = [
     ("{not json", "is not valid JSON"),
     ("[1, 2]", "is not a facts document"),
     ('{"schema_version": 99, "driver": {"found": false}}', "schema_version 99"),
-    ('{"schema_version": 1, "driver": {"found": false}, "gpus": {"a": 1}}', "gpus should be a list"),
-    ('{"schema_version": 1, "driver": {"found": false, "colour": "green"}}', "unknown field"),
-    ('{"schema_version": 1}', "missing a field"),
-])
-def test_malformed_fact_files_are_clear_errors(tmp_path, text: str, message: str) -> None:
+    ('{"schema_version": true, "driver": {"found": false}}', "schema_version true"),
+    ('{"schema_version": 1, "driver": {"found": false}, "gpus": {"a": 1}}', 'gpus must be a list, got {"a": 1}'),
+    ('{"schema_version": 1, "driver": {"found": false, "colour": "green"}}', "driver has unknown field(s) colour"),
+    ('{"schema_version": 1}', "driver is missing"),
+    (_with("env", None), "env must be an object, got null"),
+    (_with("driver", None), "driver must be an object, got null"),
+    (_with("gpus", None), "gpus must be a list, got null"),
+    (_with("env.cuda_visible_devices", 0), "env.cuda_visible_devices must be a string, got 0"),
+    (_with("gpus.0.memory_total_bytes", "lots"), 'gpus[0].memory_total_bytes must be a whole number, got "lots"'),
+    (_with("gpus.0.pcie_width_current", -1), "gpus[0].pcie_width_current must not be negative"),
+    (_with("gpus.0.compute_capability", 89), "gpus[0].compute_capability must be a string, got 89"),
+    (_with("gpus.0.name", None), "gpus[0].name must be a string, got null"),
+    (_with("gpus.0.processes", [{"pid": "x"}]), 'gpus[0].processes[0].pid must be a whole number, got "x"'),
+    (_with("driver.found", "yes"), 'driver.found must be true or false, got "yes"'),
+    (_with("driver.version", 570), "driver.version must be a string, got 570"),
+    (_with("driver.version", "abc"), "driver.version is not valid: cannot read version 'abc'"),
+    (_with("driver.source", "magic"), "driver.source is not valid: unknown driver source 'magic'"),
+    (_with("collected_at", 5), "collected_at must be a string, got 5"),
+    (_with("toolkit.nvcc_version", "new"), "toolkit.nvcc_version is not valid: cannot read version 'new'"),
+    (_with("toolkit.cudnn_version", "nine"), "toolkit.cudnn_version is not valid: cannot read version 'nine'"),
+    (_with("frameworks.0.name", "mxnet"), "frameworks[0].name is not valid: unknown framework 'mxnet'"),
+    (_with("frameworks.0.version", "banana"), "frameworks[0].version is not valid: cannot read version 'banana'"),
+    (_with("frameworks.0.cuda_version", "banana"), "frameworks[0].cuda_version is not valid: cannot read version"),
+    (_with("frameworks.0.arch_list", "sm_80"), 'frameworks[0].arch_list must be a list, got "sm_80"'),
+    (_with("frameworks.0.arch_list", ["zz"]), "frameworks[0].arch_list[0] is not valid: cannot read architecture"),
+    (_with("env.platform", "plan9"), "env.platform is not valid: unknown platform 'plan9'"),
+    (_with("env.python_version", "three"), "env.python_version is not valid: cannot read version 'three'"),
+]
+
+
+@pytest.mark.parametrize("text, message", MALFORMED, ids=[m for _, m in MALFORMED])
+def test_malformed_fact_files_are_clear_errors(cli, tmp_path, text: str, message: str) -> None:
+    """Each wrong value is refused when the file is read, naming its field, the same for doctor and install."""
     path = tmp_path / "facts.json"
     path.write_text(text)
-    with pytest.raises(GpuflyError, match=message):
+    with pytest.raises(GpuflyError) as caught:
         load_facts(path)
+    assert message in caught.value.message and caught.value.message.startswith(str(path))
+    assert caught.value.hint
+    for command in (("doctor", "--facts", str(path)), ("install", "torch", "--facts", str(path))):
+        result = cli(*command)
+        assert result.code == 2 and "Traceback" not in result.stderr, result.stderr
+        errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and message in errors[0], result.stderr
+        assert any(line.startswith("hint:") for line in result.stderr.splitlines())
+
+
+def test_a_saved_probe_of_this_machine_reads_back(tmp_path) -> None:
+    from gpufly.doctor.probes import probe_all
+
+    facts = probe_all(import_frameworks=False)
+    facts.save(tmp_path / "facts.json")
+    assert load_facts(tmp_path / "facts.json") == facts
 
 
 def test_smoke_findings() -> None:
@@ -99,3 +158,45 @@ def test_doctor_on_a_broken_fact_file_is_one_error_line(cli, tmp_path) -> None:
     assert result.code == 2 and "Traceback" not in result.stderr
     assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [
         f"error: {path} is not valid JSON (line 1: Expecting property name enclosed in double quotes)"]
+
+
+# --- half precision: the catalog decides where it knows the card ---------------------------------
+
+def _spec(name: str, cc: str, fp32: float, fp16: float | None, tensor: float | None = None) -> GpuSpec:
+    return GpuSpec(id=name.lower().replace(" ", "-"), name=name, full_name=f"NVIDIA {name}", vendor="nvidia",
+                   segment="consumer", architecture="Pascal", vram_gib=8, memory_type="GDDR5",
+                   memory_bandwidth_gbps=256, launch_year=2016, sources=("https://example.com",),
+                   compute_capability=cc, fp32_tflops=fp32, fp16_tflops=fp16, fp16_tensor_tflops=tensor)
+
+
+def _gpu(name: str, cc: str) -> GpuFact:
+    return GpuFact(index=0, name=name, compute_capability=cc)
+
+
+def test_slow_fp16_follows_the_matched_catalog_entry() -> None:
+    catalog = Catalog([_spec("Fast Half 61", "6.1", fp32=5.0, fp16=10.0), _spec("Slow Half 60", "6.0", 5.0, 0.1),
+                       _spec("No Figure 61", "6.1", fp32=5.0, fp16=None)])
+    assert not slow_half_precision(_gpu("NVIDIA Fast Half 61", "6.1"), catalog), "the catalog beats the CC rule"
+    assert slow_half_precision(_gpu("NVIDIA Slow Half 60", "6.0"), catalog)
+    assert slow_half_precision(_gpu("NVIDIA No Figure 61", "6.1"), catalog), "no FP16 figure: the CC decides"
+
+
+def test_slow_fp16_with_the_shipped_catalog_and_without_an_entry(catalog) -> None:
+    assert slow_half_precision(_gpu("NVIDIA GeForce GTX 1080 Ti", "6.1"), catalog)
+    assert not slow_half_precision(_gpu("Tesla P100-PCIE-16GB", "6.0"), catalog)
+    # not in the catalog: the compute capability decides; the Jetsons run FP16 at twice the FP32 rate
+    assert slow_half_precision(_gpu("Quadro P4000", "6.1"), catalog)
+    assert slow_half_precision(_gpu("GeForce GTX 980", "5.2"), catalog)
+    assert not slow_half_precision(_gpu("NVIDIA Tegra X2", "6.2"), catalog)
+    assert not slow_half_precision(_gpu("NVIDIA Tegra X1", "5.3"), catalog)
+    facts = Facts(DriverFact(True, "540.4.0", "12.6"), gpus=(_gpu("NVIDIA Tegra X2", "6.2"),
+                                                              _gpu("Quadro P4000", "6.1")))
+    warned = [f.what for f in diagnose(facts) if f.check == "slow_fp16"]
+    assert warned == ["the Quadro P4000 (compute capability 6.1) has no fast half precision"]
+
+
+def test_a_driver_without_a_cuda_version_says_unknown() -> None:
+    facts = Facts(DriverFact(True, "570.133.07", None), gpus=(_gpu("NVIDIA GeForce RTX 4090", "8.9"),))
+    driver = next(f for f in diagnose(facts) if f.check == "driver")
+    assert driver.what == "NVIDIA driver 570.133.07 (CUDA version unknown), 1 GPU(s)"
+    assert "None" not in driver.what

@@ -72,10 +72,24 @@ def test_a_driver_too_old_for_the_release_asked_for_gives_no_command() -> None:
 
 
 def test_the_driver_update_names_the_floor_of_the_build_it_would_pick() -> None:
+    """The lowest driver that runs a build of the release with code for the GPU; the newest build's as a note."""
     plan = choose_torch([RTX_4090], DRIVER_470, release="2.14")
+    assert (plan.variant, plan.needs_driver) == ("cu126", "525.60.13")
+    assert "update the NVIDIA driver to at least 525.60.13" in plan.reason
+    assert plan.advice == ("update the NVIDIA driver to at least 525.60.13, then run: "
+                           f"pip install torch==2.14.* --index-url {INDEX}cu126")
+    assert "a driver >= 580 runs torch 2.14 cu132, its newest build with code for NVIDIA GeForce RTX 4090 (8.9)" \
+        in plan.warnings
+    assert plan.alternatives[0].command == f"pip install torch==2.14.* --index-url {INDEX}cu132"
+
+
+def test_the_driver_floor_counts_only_builds_with_code_for_the_gpu() -> None:
+    """An RTX 5090 needs sm_120, which torch 2.14 ships only in its CUDA 13 builds: those need driver 580."""
+    plan = choose_torch([RTX_5090], DRIVER_470, release="2.14")
     assert (plan.variant, plan.needs_driver) == ("cu132", "580")
-    assert "update the NVIDIA driver to at least 580" in plan.reason
-    assert "a driver >= 525.60.13 is enough for cu126" in plan.warnings
+    assert plan.advice.startswith("update the NVIDIA driver to at least 580, then run")
+    on_570 = choose_torch([RTX_5090], DRIVER_570)
+    assert on_570.needs_driver == "580" and "update the NVIDIA driver to at least 580" in on_570.advice
 
 
 def test_rtx_5090_on_a_570_driver_keeps_the_driver_with_cu128_and_is_told_to_update() -> None:
@@ -248,6 +262,35 @@ def test_tensorflow_cpu_only_machine() -> None:
     assert choose_tensorflow([], NO_DRIVER).command == "pip install tensorflow"
 
 
+def test_tensorflow_cuda_picks_the_newest_release_built_with_it() -> None:
+    plan = choose_tensorflow([RTX_4090], DRIVER_580, python_version="3.11", cuda="12.3")
+    assert plan.command == "pip install 'tensorflow[and-cuda]==2.17.*'"
+    assert (plan.release, plan.cuda) == ("2.17", "12.3")
+    assert choose_tensorflow([RTX_4090], DRIVER_580, cuda="12.5").command == "pip install 'tensorflow[and-cuda]'"
+
+
+def test_tensorflow_before_and_cuda_says_to_bring_cuda() -> None:
+    plan = choose_tensorflow([RTX_4090], DRIVER_580, python_version="3.10", cuda="11.2")
+    assert plan.command == "pip install 'tensorflow==2.11.*'"
+    assert any("install CUDA 11.2 and cuDNN 8.1 yourself" in w for w in plan.warnings)
+
+
+def test_tensorflow_refuses_a_cuda_it_is_not_built_with() -> None:
+    with pytest.raises(GpuflyError, match=re.escape("no TensorFlow release in gpufly's table is built with CUDA 12.6")
+                       ) as caught:
+        choose_tensorflow([RTX_4090], DRIVER_580, cuda="12.6")
+    assert caught.value.hint.startswith("TensorFlow's CUDA versions: 12.5 (2.18 to 2.21), 12.3 (2.16 to 2.17)")
+    with pytest.raises(GpuflyError, match=re.escape("CUDA 11.2 in gpufly's table has wheels for Python 3.12")):
+        choose_tensorflow([RTX_4090], DRIVER_580, python_version="3.12", cuda="11.2")
+
+
+@pytest.mark.parametrize("choose", [choose_torch, choose_tensorflow, choose_jax])
+def test_an_unreadable_cuda_is_an_error_with_a_cuda_example(choose) -> None:
+    with pytest.raises(GpuflyError, match=re.escape("cannot read --cuda 'abc'")) as caught:
+        choose([RTX_4090], DRIVER_580, cuda="abc")
+    assert caught.value.hint == "give a CUDA version, e.g. --cuda 12.6 (or cu126)"
+
+
 # --- JAX ----------------------------------------------------------------------------------------
 
 def test_jax_picks_cuda13_on_a_580_driver() -> None:
@@ -259,11 +302,25 @@ def test_jax_on_pascal_or_an_older_driver_picks_cuda12() -> None:
     assert choose_jax([RTX_4090], DRIVER_570).command == 'pip install -U "jax[cuda12]"'
 
 
-def test_jax_with_a_driver_too_old_is_cpu_with_the_driver_to_get() -> None:
+def test_jax_with_a_driver_too_old_is_cpu_with_the_lowest_driver_to_get() -> None:
     plan = choose_jax([RTX_4090], DRIVER_470)
     assert plan.command == "pip install -U jax"
-    assert plan.needs_driver == "580"
-    assert "a driver >= 525 is enough for jax[cuda12]" in plan.warnings
+    assert plan.needs_driver == "525"
+    assert plan.advice == 'update the NVIDIA driver to at least 525, then run: pip install -U "jax[cuda12]"'
+    assert "a driver >= 580 runs jax[cuda13]" in plan.warnings
+
+
+def test_jax_cuda_picks_the_extra_of_that_major_version() -> None:
+    assert choose_jax([RTX_4090], DRIVER_580, cuda="12.6").command == 'pip install -U "jax[cuda12]"'
+    assert choose_jax([RTX_4090], DRIVER_570, cuda="12").command == 'pip install -U "jax[cuda12]"'
+    assert choose_jax([RTX_4090], DRIVER_580, cuda="cu130").command == 'pip install -U "jax[cuda13]"'
+    plan = choose_jax([RTX_4090], DRIVER_570, cuda="13.0")
+    assert (plan.command, plan.needs_driver) == ("pip install -U jax", "580")
+    assert "(CUDA 13.x, as asked)" in plan.reason
+    with pytest.raises(GpuflyError, match=re.escape("JAX has no wheels for CUDA 99.1")) as caught:
+        choose_jax([RTX_4090], DRIVER_570, cuda="99.1")
+    assert caught.value.hint == "its CUDA extras: jax[cuda13] (CUDA 13.x), jax[cuda12] (CUDA 12.x)"
+    assert choose_jax([], NO_DRIVER, cuda="13.0").warnings == ("--cuda 13.0 ignored: no CUDA build can be used here",)
 
 
 def test_jax_cpu_only_windows_and_ld_library_path() -> None:

@@ -428,6 +428,38 @@ def test_framework_probe_usage_and_cudnn_numbers(capsys: pytest.CaptureFixture[s
     assert [framework_probe._cudnn_text(v) for v in (90100, 8902, 7605, None)] == ["9.1.0", "8.9.2", "7.6.5", None]
 
 
+def test_an_answer_with_a_wrong_value_is_an_error_fact() -> None:
+    result = {"name": "torch", "installed": True, "version": "2.5.1", "arch_list": "sm_80"}
+    fact = one(child(framework_probe.MARKER + json.dumps(result) + "\n"))
+    assert fact.installed and fact.version is None
+    assert fact.import_error == ("the import probe for torch: arch_list must be a list, got \"sm_80\" "
+                                 "(gpufly could not use its answer)")
+
+
+def test_windows_tensorflow_versions_are_dotted() -> None:
+    assert [framework_probe._dll_version(v, cuda=True) for v in ("64_112", "12.5.1", None)] == ["11.2", "12.5.1", None]
+    assert framework_probe._dll_version("64_8", cuda=False) == "8"
+
+
+def test_without_a_gpu_each_framework_is_still_imported_in_a_child() -> None:
+    started: list[str] = []
+
+    def run(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        if args[:2] != [sys.executable, "-c"]:
+            raise FileNotFoundError(args[0])
+        started.append(args[3])
+        assert kwargs["timeout"] == 20.0
+        return subprocess.CompletedProcess(args, -6, "", "")
+
+    facts = probe_all(nvml=no_nvml(), run=run)
+    assert facts.gpus == () and "torch" in started
+    torch = facts.framework("torch")
+    assert torch is not None and torch.import_error == "crashed with SIGABRT while importing torch"
+    started.clear()
+    fast = probe_all(nvml=no_nvml(), run=run, import_frameworks=False)
+    assert started == [] and fast.framework("torch").import_error is None
+
+
 # This machine ---------------------------------------------------------------------------------
 
 

@@ -41,8 +41,8 @@ def _arch_colours(specs: Sequence[GpuSpec]) -> dict[str, str]:
 def draw_ladder(specs: Sequence[GpuSpec], by: Metric, path: Path, source_line: str) -> int:
     """Draw ``specs`` (already ranked best first) as bars of ``by`` into ``path``; return bars drawn.
 
-    GPUs without the figure are left out and counted in the footnote. The file type follows the
-    suffix: .png (150 dpi) or .svg.
+    GPUs without the figure are left out and counted in the footnote. Each bar carries the card's memory in
+    GiB, the catalog's unit (the vendors' binary "GB"). The file type follows the suffix: .png (150 dpi) or .svg.
     """
     suffix = path.suffix.lower()
     if suffix not in CHART_SUFFIXES:
@@ -75,7 +75,7 @@ def draw_ladder(specs: Sequence[GpuSpec], by: Metric, path: Path, source_line: s
         y = bar.get_y() + bar.get_height() / 2
         ax.text(value + peak * 0.006, y, _format_value(value), va="center", fontsize=8)
         inside = bar.get_width() > peak * 0.09
-        ax.text(peak * 0.006 if inside else value + peak * 0.07, y, f"{spec.vram_gib:g} GB",
+        ax.text(peak * 0.006 if inside else value + peak * 0.07, y, f"{spec.vram_gib:g} GiB",
                 va="center", fontsize=7, fontweight="bold",
                 color=_label_colour(colours[spec.architecture]) if inside else "#444444")
     unit = f" ({by.unit})" if by.unit else ""

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import get_args, get_type_hints
 
 from gpufly.catalog.spec import GpuSpec
 from gpufly.errors import GpuflyError, unknown_choice
@@ -36,33 +37,61 @@ def _compute_capability(spec: GpuSpec) -> float | None:
     return None if cc is None else cc[0] + cc[1] / 10
 
 
+_DERIVED = (
+    Metric("peak_tflops", "Peak dense FP16/BF16 (or FP32) rate", "TFLOPS", _derived("peak_tflops")),
+    Metric("tflops_per_usd", "Peak TFLOPS per launch USD", "TFLOPS/USD", _derived("tflops_per_usd")),
+    Metric("tflops_per_watt", "Peak TFLOPS per watt of board power", "TFLOPS/W", _derived("tflops_per_watt")),
+    Metric("gbps_per_usd", "Memory bandwidth per launch USD", "GB/s per USD", _derived("gbps_per_usd")),
+    Metric("vram_gib_per_usd", "Memory per launch USD", "GiB per USD", _derived("vram_gib_per_usd")),
+)
+
+FIELD_LABELS: dict[str, tuple[str, str]] = {
+    "vram_gib": ("Memory", "GiB"),
+    "memory_bandwidth_gbps": ("Memory bandwidth", "GB/s"),
+    "memory_bus_bits": ("Memory bus width", "bit"),
+    "fp32_tflops": ("FP32 (non-tensor)", "TFLOPS"),
+    "fp16_tflops": ("FP16 (non-tensor)", "TFLOPS"),
+    "tf32_tensor_tflops": ("TF32 tensor, dense", "TFLOPS"),
+    "fp16_tensor_tflops": ("FP16 tensor, dense", "TFLOPS"),
+    "bf16_tensor_tflops": ("BF16 tensor, dense", "TFLOPS"),
+    "fp8_tensor_tflops": ("FP8 tensor, dense", "TFLOPS"),
+    "fp4_tensor_tflops": ("FP4 tensor, dense", "TFLOPS"),
+    "int8_tensor_tops": ("INT8 tensor, dense", "TOPS"),
+    "tdp_w": ("Board power", "W"),
+    "launch_price_usd": ("Launch price", "USD"),
+    "launch_year": ("Launch year", ""),
+    "pcie_gen": ("PCIe generation", ""),
+    "pcie_lanes": ("PCIe lanes", ""),
+}
+"""How tables and charts name each numeric field; one without an entry is named after the field."""
+LOWER_IS_BETTER = frozenset({"tdp_w", "launch_price_usd"})
+
+
+def _numeric_fields() -> list[str]:
+    """Every int or float field of GpuSpec, read from its annotations, so a new figure is sortable at once."""
+    hints = get_type_hints(GpuSpec)
+
+    def numeric(hint: object) -> bool:
+        kinds = {arg for arg in get_args(hint) if arg is not type(None)} or {hint}
+        return kinds <= {int, float}
+
+    return [f.name for f in fields(GpuSpec) if numeric(hints[f.name])]
+
+
+def _field_metric(name: str) -> Metric:
+    label, unit = FIELD_LABELS.get(name, (name.replace("_", " ").capitalize(), ""))
+    return Metric(name, label, unit, _field(name), higher_is_better=name not in LOWER_IS_BETTER)
+
+
 METRICS: dict[str, Metric] = {
     metric.key: metric
     for metric in (
-        Metric("peak_tflops", "Peak dense FP16/BF16 (or FP32) rate", "TFLOPS", _derived("peak_tflops")),
-        Metric("tflops_per_usd", "Peak TFLOPS per launch USD", "TFLOPS/USD", _derived("tflops_per_usd")),
-        Metric("tflops_per_watt", "Peak TFLOPS per watt of board power", "TFLOPS/W",
-               _derived("tflops_per_watt")),
-        Metric("gbps_per_usd", "Memory bandwidth per launch USD", "GB/s per USD", _derived("gbps_per_usd")),
-        Metric("vram_gib_per_usd", "Memory per launch USD", "GiB per USD", _derived("vram_gib_per_usd")),
-        Metric("vram_gib", "Memory", "GiB", _field("vram_gib")),
-        Metric("memory_bandwidth_gbps", "Memory bandwidth", "GB/s", _field("memory_bandwidth_gbps")),
-        Metric("memory_bus_bits", "Memory bus width", "bit", _field("memory_bus_bits")),
-        Metric("fp32_tflops", "FP32 (non-tensor)", "TFLOPS", _field("fp32_tflops")),
-        Metric("fp16_tflops", "FP16 (non-tensor)", "TFLOPS", _field("fp16_tflops")),
-        Metric("tf32_tensor_tflops", "TF32 tensor, dense", "TFLOPS", _field("tf32_tensor_tflops")),
-        Metric("fp16_tensor_tflops", "FP16 tensor, dense", "TFLOPS", _field("fp16_tensor_tflops")),
-        Metric("bf16_tensor_tflops", "BF16 tensor, dense", "TFLOPS", _field("bf16_tensor_tflops")),
-        Metric("fp8_tensor_tflops", "FP8 tensor, dense", "TFLOPS", _field("fp8_tensor_tflops")),
-        Metric("fp4_tensor_tflops", "FP4 tensor, dense", "TFLOPS", _field("fp4_tensor_tflops")),
-        Metric("int8_tensor_tops", "INT8 tensor, dense", "TOPS", _field("int8_tensor_tops")),
-        Metric("tdp_w", "Board power", "W", _field("tdp_w"), higher_is_better=False),
-        Metric("launch_price_usd", "Launch price", "USD", _field("launch_price_usd"), higher_is_better=False),
-        Metric("launch_year", "Launch year", "", _field("launch_year")),
+        *_DERIVED,
+        *(_field_metric(name) for name in _numeric_fields()),
         Metric("compute_capability", "CUDA compute capability", "", _compute_capability),
-        Metric("pcie_gen", "PCIe generation", "", _field("pcie_gen")),
     )
 }
+"""Every metric a GPU can be ranked by: the derived ratios, each numeric field, the compute capability."""
 
 METRIC_ALIASES: dict[str, str] = {
     "tflops": "peak_tflops",

@@ -14,38 +14,50 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpufly.cli.render import console, print_json
+from gpufly.cli.render import console, error_console, print_json
 from gpufly.errors import GpuflyError, unknown_choice
 
 if TYPE_CHECKING:
     from gpufly.doctor.checks import Finding
     from gpufly.doctor.facts import Facts
+    from gpufly.doctor.install import InstallPlan
 
 SCHEMA_VERSION = 1
 _STYLE = {"fail": "bold red", "warn": "yellow", "ok": "green"}
 
 
-def _facts(saved: Path | None) -> Facts:
+def _facts(saved: Path | None, import_frameworks: bool = True) -> Facts:
     from gpufly.doctor.facts import load_facts
 
     if saved is not None:
         return load_facts(saved)
     from gpufly.doctor.probes import probe_all
 
-    return probe_all()
+    return probe_all(import_frameworks=import_frameworks)
 
 
 def render_findings(findings: list[Finding], out: Console) -> None:
+    """The findings as a numbered table, then each fix on a line of its own below it.
+
+    A fix is often a command; inside a table cell it would be cut or broken across lines at any
+    usual terminal width, so it is printed whole (soft-wrapped: the terminal folds it, a copy gets
+    one line).
+    """
     table = Table(box=box.SIMPLE_HEAD, show_header=True, title="gpufly doctor", title_justify="left")
-    table.add_column("status")
-    table.add_column("finding")
-    table.add_column("fix")
-    for finding in findings:
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("finding", overflow="fold")
+    for number, finding in enumerate(findings, start=1):
         what = Text(finding.what)
         if finding.why:
             what.append("\n" + finding.why, style="dim")
-        table.add_row(Text(finding.status, style=_STYLE[finding.status]), what, finding.fix)
+        table.add_row(str(number), Text(finding.status, style=_STYLE[finding.status]), what)
     out.print(table)
+    fixes = [(number, finding.fix) for number, finding in enumerate(findings, start=1) if finding.fix]
+    if fixes:
+        out.print("fixes:")
+        for number, fix in fixes:
+            out.print(f"  {number}. {fix}", soft_wrap=True)
     fails = sum(f.status == "fail" for f in findings)
     warns = sum(f.status == "warn" for f in findings)
     out.print(f"{fails} failed, {warns} warnings, {len(findings) - fails - warns} ok")
@@ -68,6 +80,9 @@ def doctor(
         except OSError as exc:
             raise GpuflyError(f"cannot write {save}: {exc.strerror or exc}") from exc
     findings = diagnose(facts)
+    if deep and facts_file is not None:
+        error_console().print("note: --deep skipped: the smoke test runs on this machine's GPUs, not on saved facts",
+                              markup=False)
     if deep and facts_file is None:
         from gpufly.doctor.smoke import run_isolated
 
@@ -90,6 +105,37 @@ def doctor(
 FRAMEWORKS = ("torch", "tensorflow", "jax")
 
 
+def _plan(name: str, facts: Facts, cuda: str | None) -> InstallPlan:
+    from gpufly.doctor import install as plans
+
+    platform, python = plans.platform_of(facts.env), facts.env.python_version
+    gpus = list(facts.gpus)
+    if name == "torch":
+        return plans.choose_torch(gpus, facts.driver, platform, python, cuda=cuda, machine=facts.env.machine)
+    if name == "tensorflow":
+        return plans.choose_tensorflow(gpus, facts.driver, platform, python, installed=facts.framework("tensorflow"),
+                                       cuda=cuda)
+    return plans.choose_jax(gpus, facts.driver, platform, facts.env, cuda=cuda)
+
+
+def _run_plan(plan: InstallPlan, out: Console | None) -> None:
+    """Run the plan's pip command with this Python (the environment gpufly probed), as printed."""
+    if plan.command is None:
+        raise GpuflyError("nothing to run: no build works with this driver", hint=plan.advice, exit_code=1)
+    if not plan.command.startswith("pip "):
+        raise GpuflyError("this plan is not a single pip command; run its steps by hand", exit_code=1)
+    args = [sys.executable, "-m", *shlex.split(plan.command)]
+    if out is not None:
+        out.print(f"running: {shlex.join(args)}", soft_wrap=True)
+    try:
+        done = subprocess.run(args, check=False)
+    except OSError as exc:
+        raise GpuflyError(f"could not start {sys.executable} -m pip: {exc}", exit_code=1) from exc
+    if done.returncode != 0:
+        raise GpuflyError(f"`{plan.command}` failed: pip exited with {done.returncode}",
+                          hint="pip's messages above say why; nothing else was changed", exit_code=1)
+
+
 def install(
     framework: Annotated[str, typer.Argument(help="torch, tensorflow or jax.")],
     cuda: Annotated[str | None, typer.Option("--cuda", metavar="X.Y", help="Only builds for this CUDA.")] = None,
@@ -98,37 +144,23 @@ def install(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Print the exact pip command that installs FRAMEWORK with GPU support for this machine."""
-    from gpufly.doctor import install as plans
-
     name = framework.lower()
     if name in ("pytorch",):
         name = "torch"
     if name not in FRAMEWORKS:
         raise unknown_choice("framework", framework, FRAMEWORKS)
-    facts = _facts(facts_file)
-    platform, python = plans.platform_of(facts.env), facts.env.python_version
-    if name == "torch":
-        plan = plans.choose_torch(list(facts.gpus), facts.driver, platform, python, cuda=cuda,
-                                  machine=facts.env.machine)
-    elif name == "tensorflow":
-        plan = plans.choose_tensorflow(list(facts.gpus), facts.driver, platform, python,
-                                       installed=facts.framework("tensorflow"))
-    else:
-        plan = plans.choose_jax(list(facts.gpus), facts.driver, platform, facts.env)
-    if json_out:
+    # The plan needs the driver, GPUs and installed packages, not whether the frameworks import: skip the imports.
+    plan = _plan(name, _facts(facts_file, import_frameworks=False), cuda)
+    out = None if json_out else console()
+    if out is None:
         print_json({"schema_version": SCHEMA_VERSION, "framework": name, "plan": plan.to_dict()})
     else:
-        out = console()
         if plan.command:
             out.print(plan.command, style="bold", soft_wrap=True)
         out.print(plan.reason)
         if plan.advice:
-            out.print(plan.advice)
+            out.print(plan.advice, soft_wrap=True)
         for warning in plan.warnings:
             out.print(f"note: {warning}")
     if run:
-        if not plan.command or not plan.command.startswith("pip "):
-            raise GpuflyError("this plan is not a single pip command; run its steps by hand", exit_code=1)
-        done = subprocess.run([sys.executable, "-m", *shlex.split(plan.command)], check=False)
-        if done.returncode != 0:
-            raise GpuflyError(f"pip exited with {done.returncode}", exit_code=1)
+        _run_plan(plan, out)

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 from rich import box
+from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from gpufly import __version__
@@ -22,7 +24,9 @@ _TABLE_METRICS = ("vram_gib", "memory_bandwidth_gbps", "fp32_tflops", "tf32_tens
                   "tdp_w", "launch_price_usd")
 _SHORT = {"vram_gib": "GiB", "memory_bandwidth_gbps": "GB/s", "fp32_tflops": "FP32",
           "tf32_tensor_tflops": "TF32", "fp16_tensor_tflops": "FP16", "bf16_tensor_tflops": "BF16",
-          "fp8_tensor_tflops": "FP8", "int8_tensor_tops": "INT8", "tdp_w": "W", "launch_price_usd": "USD"}
+          "fp8_tensor_tflops": "FP8", "int8_tensor_tops": "INT8", "tdp_w": "W", "launch_price_usd": "USD",
+          "fp16_tflops": "FP16 vec", "fp4_tensor_tflops": "FP4", "memory_bus_bits": "Bus bits",
+          "launch_year": "Year", "pcie_gen": "PCIe gen", "pcie_lanes": "Lanes", "compute_capability": "CC"}
 
 
 def _value(m: Metric, spec: GpuSpec) -> str:
@@ -38,23 +42,54 @@ def _header(m: Metric) -> str:
     return _SHORT.get(m.key, m.unit or m.key)
 
 
-def _table(specs: list[GpuSpec], sort: Metric | None) -> Table:
-    columns = [METRICS[key] for key in _TABLE_METRICS]
-    if sort is not None and sort.key not in _TABLE_METRICS:
-        columns.append(sort)
+_GIVE_WAY = ("int8_tensor_tops", "fp8_tensor_tflops", "tf32_tensor_tflops", "launch_price_usd", "tdp_w",
+             "bf16_tensor_tflops", "fp32_tflops", "arch", "memory_bandwidth_gbps", "fp16_tensor_tflops", "vram_gib")
+"""Columns in the order they give way on a narrow terminal ("arch" is the Arch column); the GPU name and
+the sort column always stay."""
+
+
+def _build_table(specs: list[GpuSpec], columns: list[Metric], sort: Metric | None, arch: bool,
+                 hidden: list[str]) -> Table:
     title = f"{len(specs)} GPUs" + (f", ranked by {sort.label.lower()}" if sort else "")
     caption = ("Tensor rates dense, TFLOPS (INT8 in TOPS); — = not published. "
                "GeForce FP16/BF16/FP8 with FP32 accumulate.")
+    if hidden:
+        caption += f" Not shown at this width: {', '.join(hidden)} (widen the terminal, or --json for every field)."
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, caption=caption, caption_justify="left")
     rows = [[_value(m, spec) for m in columns] for spec in specs]
-    table.add_column("GPU", ratio=3)
-    table.add_column("Arch", ratio=2, overflow="fold")
+    table.add_column("GPU", no_wrap=True, min_width=max([3, *(len(spec.name) for spec in specs)]))
+    if arch:
+        table.add_column("Arch", no_wrap=True, min_width=max([4, *(len(spec.architecture) for spec in specs)]))
     for i, m in enumerate(columns):
         style = "bold" if sort is not None and m.key == sort.key else None
         width = max([len(_header(m)), *(len(row[i]) for row in rows)])
         table.add_column(_header(m), justify="right", style=style, no_wrap=True, min_width=width)
     for spec, row in zip(specs, rows, strict=True):
-        table.add_row(spec.name, spec.architecture, *row)
+        table.add_row(spec.name, *([spec.architecture] if arch else []), *row)
+    return table
+
+
+def _table(specs: list[GpuSpec], sort: Metric | None, out: Console) -> Table:
+    """The catalog table at the console's width: whole GPU names always, the sort column always, and as
+    many of the other columns as fit, dropping the least used first (the caption names those left out)."""
+    columns = [METRICS[key] for key in _TABLE_METRICS]
+    if sort is not None and sort.key not in _TABLE_METRICS:
+        columns.append(sort)
+    arch, hidden = True, []
+    table = _build_table(specs, columns, sort, arch, hidden)
+    unbounded = out.options.update_width(1_000_000)
+    for key in _GIVE_WAY:
+        if Measurement.get(out, unbounded, table).minimum <= out.width:
+            break
+        if sort is not None and key == sort.key:
+            continue
+        if key == "arch":
+            arch = False
+            hidden.append("Arch")
+        else:
+            columns = [m for m in columns if m.key != key]
+            hidden.append(_header(METRICS[key]))
+        table = _build_table(specs, columns, sort, arch, hidden)
     return table
 
 
@@ -100,7 +135,8 @@ def gpus(
         print_json({"schema_version": SCHEMA_VERSION, "count": len(specs),
                     "sort": chosen.key if chosen else None, "gpus": [s.to_dict() for s in specs]})
     elif chart is None:
-        console().print(_table(specs, chosen))
+        out = console()
+        out.print(_table(specs, chosen, out))
 
 
 _SHOW_FIELDS = (

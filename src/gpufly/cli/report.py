@@ -18,11 +18,16 @@ if TYPE_CHECKING:
     from gpufly.report.models_fit import ModelFitRow
 
 
+FRAMEWORKS_NOTE = "frameworks read from installed files; `gpufly doctor` imports them"
+"""The report must stay fast, and importing torch takes seconds: its doctor summary does not import the
+frameworks, so an install whose import crashes shows only in `gpufly doctor`."""
+
+
 def render_doctor_summary(findings: list[Finding], out: Console) -> None:
     """The doctor's verdict in a few lines; `gpufly doctor` has the whole table."""
     fails = [f for f in findings if f.status == "fail"]
     warns = [f for f in findings if f.status == "warn"]
-    out.print(f"doctor: {len(fails)} failed, {len(warns)} warnings (`gpufly doctor` for details)")
+    out.print(f"doctor: {len(fails)} failed, {len(warns)} warnings ({FRAMEWORKS_NOTE} and has the details)")
     for finding in [*fails, *warns]:
         out.print(f"  {finding.status}: {finding.what}" + (f" -> {finding.fix}" if finding.fix else ""))
 
@@ -97,7 +102,7 @@ def report(
 
     machine = probe_machine()
     rows = model_fit_rows(machine.gpu_types())
-    findings = diagnose(probe_all())
+    findings = diagnose(probe_all(import_frameworks=False))
     profiled = _profile_summary(profile) if profile else None
     tuned = _tune_summary(tune) if tune else None
     measured = _quick_bench() if bench else None

@@ -8,15 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpufly.doctor.facts import Facts, FrameworkFact, GpuFact
 
+if TYPE_CHECKING:
+    from gpufly.catalog import Catalog
+
 LOW_FREE_VRAM_SHARE = 0.2
 """Below this share of free memory, with other processes holding it, a job may not fit."""
-SLOW_FP16_CCS = {"5.0", "5.2", "5.3", "6.1", "6.2"}
-"""Consumer Maxwell and Pascal run FP16 at 1/64 (6.1) or without fast paths: AMP slows them down
-(CUDA C Programming Guide, arithmetic instruction throughput per compute capability)."""
+SLOW_FP16_CCS = frozenset({"5.0", "5.2", "6.1"})
+"""Compute capabilities without fast FP16, for GPUs the catalog lacks: desktop Maxwell has no FP16 arithmetic
+(it converts to FP32) and consumer Pascal (6.1) runs it at 1/64 rate, so AMP slows them down. The Jetson TX1
+(5.3), the P100 (6.0) and the Jetson TX2 (6.2) run FP16 at twice the FP32 rate and are not here (CUDA C
+Programming Guide, arithmetic instruction throughput per compute capability)."""
 STATUS_ORDER = {"fail": 0, "warn": 1, "ok": 2}
 
 
@@ -53,7 +58,8 @@ def _torch_install(facts: Facts) -> str:
 def check_driver(facts: Facts) -> Iterator[Finding]:
     driver, env = facts.driver, facts.env
     if driver.found and facts.gpus:
-        yield Finding("driver", "ok", f"NVIDIA driver {driver.version} (CUDA up to {driver.cuda_version}), "
+        cuda = f"CUDA up to {driver.cuda_version}" if driver.cuda_version else "CUDA version unknown"
+        yield Finding("driver", "ok", f"NVIDIA driver {driver.version or '(version unknown)'} ({cuda}), "
                       f"{len(facts.gpus)} GPU(s)")
         return
     if env.in_container:
@@ -188,9 +194,28 @@ def check_jax(facts: Facts) -> Iterator[Finding]:
         yield Finding("jax", "ok", f"JAX {jax.version} on {jax.backend}")
 
 
+def _catalog() -> Catalog:
+    from gpufly.catalog import default_catalog
+
+    return default_catalog()
+
+
+def slow_half_precision(gpu: GpuFact, catalog: Catalog) -> bool:
+    """Whether FP16 is slower than FP32 on this GPU, so that AMP costs instead of helping.
+
+    The catalog entry decides where it has the figures (an FP16 rate below the FP32 one, and no tensor
+    cores); otherwise the compute capability does (SLOW_FP16_CCS).
+    """
+    spec = catalog.match_device(gpu.name, gpu.memory_total_bytes)
+    if spec is not None and spec.fp16_tflops is not None and spec.fp32_tflops is not None:
+        return spec.fp16_tflops < spec.fp32_tflops and not spec.has_tensor_cores
+    return gpu.compute_capability in SLOW_FP16_CCS
+
+
 def check_half_precision(facts: Facts) -> Iterator[Finding]:
+    catalog = _catalog() if facts.gpus else None
     for gpu in facts.gpus:
-        if gpu.compute_capability in SLOW_FP16_CCS:
+        if catalog is not None and slow_half_precision(gpu, catalog):
             yield Finding("slow_fp16", "warn", f"the {gpu.name} (compute capability {gpu.compute_capability}) has no "
                           "fast half precision", "FP16 runs at a small fraction of FP32 and there are no tensor cores: "
                           "mixed precision (AMP) slows it down", "train in FP32 on this card, or use a Volta or newer "

@@ -29,15 +29,17 @@ _VERSION = re.compile(r"^\d+(\.\d+)*$")
 
 # --- versions -----------------------------------------------------------------------------------
 
-def parse_version(text: str, what: str = "version") -> tuple[int, ...]:
+def parse_version(text: str, what: str = "version", example: str = "550.54.15") -> tuple[int, ...]:
     """Dotted integers as a tuple, so that "550.54.15" > "550.9" compares as numbers do.
+
+    ``example`` is what the hint shows: a CUDA version should not be explained with a driver's.
 
     >>> parse_version("550.54.15")
     (550, 54, 15)
     """
     cleaned = str(text).strip()
     if not _VERSION.match(cleaned):
-        raise GpuflyError(f"cannot read {what} {text!r}", hint="expected dotted numbers, e.g. 550.54.15")
+        raise GpuflyError(f"cannot read {what} {text!r}", hint=f"expected dotted numbers, e.g. {example}")
     return tuple(int(part) for part in cleaned.split("."))
 
 
@@ -50,13 +52,13 @@ def version_at_least(version: str, floor: str) -> bool:
 
 def cuda_key(cuda: str) -> tuple[int, int]:
     """A CUDA version ("12.6", "12.6.3") as (major, minor) for ordering."""
-    parts = parse_version(cuda, "CUDA version")
+    parts = parse_version(cuda, "CUDA version", example="12.6")
     return parts[0], parts[1] if len(parts) > 1 else 0
 
 
 def python_key(version: str) -> tuple[int, int]:
     """A Python version ("3.12.3", "3.12") as (major, minor): wheels are built per minor."""
-    parts = parse_version(version, "Python version")
+    parts = parse_version(version, "Python version", example="3.12")
     if len(parts) < 2:
         raise GpuflyError(f"cannot read Python version {version!r}", hint="expected e.g. 3.12")
     return parts[0], parts[1]

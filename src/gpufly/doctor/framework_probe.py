@@ -59,13 +59,23 @@ def _torch(torch: Any) -> dict[str, Any]:
     }
 
 
+def _dll_version(value: Any, cuda: bool) -> Any:
+    """Windows builds of TensorFlow name versions after their DLLs ("64_112" for CUDA 11.2, "64_8" for
+    cuDNN 8); give them as the dotted versions every other build reports."""
+    match = re.fullmatch(r"64_(\d+)", str(value)) if value is not None else None
+    if not match:
+        return value
+    digits = match.group(1)
+    return f"{digits[:-1]}.{digits[-1]}" if cuda and len(digits) > 1 else digits
+
+
 def _tensorflow(tf: Any) -> dict[str, Any]:
     info = _try(tf.sysconfig.get_build_info) or {}
     gpus = _try(lambda: tf.config.list_physical_devices("GPU"))
     return {
         "distribution": next((name for name in TENSORFLOW_DISTRIBUTIONS if _installed(name)), None),
-        "cuda_version": info.get("cuda_version"),
-        "cudnn_version": info.get("cudnn_version"),
+        "cuda_version": _dll_version(info.get("cuda_version"), cuda=True),
+        "cudnn_version": _dll_version(info.get("cudnn_version"), cuda=False),
         "gpu_available": None if gpus is None else len(gpus) > 0,
         "device_count": None if gpus is None else len(gpus),
         "arch_list": info.get("cuda_compute_capabilities"),

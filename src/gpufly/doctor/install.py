@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpufly.doctor.compat import (
+    JaxExtra,
     TensorflowRelease,
     TorchRelease,
     TorchVariant,
@@ -176,8 +177,16 @@ def _normalize_cuda(cuda: str | None) -> str | None:
     text = cuda.strip().lower()
     if text.startswith("cu") and text[2:].isdigit() and len(text) >= 5:
         text = f"{text[2:-1]}.{text[-1]}"
-    major, minor = cuda_key(text)
+    try:
+        major, minor = cuda_key(text)
+    except GpuflyError as exc:
+        raise GpuflyError(f"cannot read --cuda {cuda!r}", hint="give a CUDA version, e.g. --cuda 12.6 (or cu126)"
+                          ) from exc
     return f"{major}.{minor}"
+
+
+def _ignored(cuda: str | None) -> tuple[str, ...]:
+    return (f"--cuda {cuda} ignored: no CUDA build can be used here",) if cuda else ()
 
 
 def _with_cuda(releases: list[TorchRelease], cuda: str, explicit: bool) -> list[TorchRelease]:
@@ -284,10 +293,9 @@ def choose_torch(gpus: Sequence[GpuInput], driver: DriverFact | None, platform: 
     visible = _gpu_list(gpus)
     version = _driver_version(driver)
     if platform == "darwin" or version is None or not visible:
-        ignored = (f"--cuda {cuda} ignored: no CUDA build can be used here",) if cuda else ()
         return InstallPlan("torch", _torch_command(releases[0], "cpu", platform, pinned),
                            f"{_no_gpu_reason(platform, version, visible, driver)}: the CPU build",
-                           variant="cpu", release=releases[0].release, verify=TORCH_VERIFY, warnings=ignored)
+                           variant="cpu", release=releases[0].release, verify=TORCH_VERIFY, warnings=_ignored(cuda))
     if wanted is not None:
         releases = _with_cuda(releases, wanted, explicit=release is not None)
     warnings = [f"compute capability of {g.label} unknown: gpufly could not check that the build has code for it"
@@ -372,18 +380,31 @@ def _torch_driver_choice(release: TorchRelease, covering: list[_Fit], gpus: list
                        rejected=tuple(rejected))
 
 
+def _cheapest(fits: list[_Fit], platform: str) -> _Fit:
+    """The fit the oldest driver runs; among builds with the same floor (one CUDA family), the newest CUDA."""
+    return min(fits, key=lambda f: (parse_version(min_driver_for(f.variant.cuda, platform)),
+                                    tuple(-part for part in cuda_key(f.variant.cuda))))
+
+
 def _driver_too_old(release: TorchRelease, covering: list[_Fit], gpus: list[_Gpu], version: str, platform: str,
                     machine: str | None, cuda: str | None, driver_cuda: str | None, prefix: str,
                     warnings: list[str], rejected: list[str], older: list[TorchRelease]) -> InstallPlan:
-    """No build of the release runs on this driver: name the driver that would do, and meanwhile install the
-    newest older torch the present driver runs, so the GPU works today (no command if there is none)."""
-    target = _newest(covering).variant
+    """No build of the release runs on this driver: name the lowest driver that runs one of its builds with code
+    for the GPUs (the newest build's driver as a note), and meanwhile install the newest older torch the present
+    driver runs, so the GPU works today (no command if there is none)."""
+    target = _cheapest(covering, platform).variant
     need = min_driver_for(target.cuda, platform)
-    cheapest = min(covering, key=lambda f: parse_version(min_driver_for(f.variant.cuda, platform))).variant
-    cheapest_need = min_driver_for(cheapest.cuda, platform)
-    if parse_version(cheapest_need) < parse_version(need):
-        warnings.append(f"a driver >= {cheapest_need} is enough for {cheapest.name}")
     after = _torch_command(release, target.name, platform)
+    later = [Alternative(after, f"after updating the driver to {need} or newer: torch {release.release} "
+                                f"{target.name}")]
+    newest = _newest(covering).variant
+    newest_need = min_driver_for(newest.cuda, platform)
+    if parse_version(newest_need) > parse_version(need):
+        warnings.append(f"a driver >= {newest_need} runs torch {release.release} {newest.name}, its newest build "
+                        f"with code for {_labels(gpus)}")
+        later.append(Alternative(_torch_command(release, newest.name, platform),
+                                 f"after updating the driver to {newest_need} or newer: torch {release.release} "
+                                 f"{newest.name}, the newest build"))
     advice = f"update the NVIDIA driver to at least {need}, then run: {after}"
     reason = (f"{prefix}driver {version} is too old for every torch {release.release} build with code for "
               f"{_labels(gpus)}; update the NVIDIA driver to at least {need}")
@@ -391,30 +412,46 @@ def _driver_too_old(release: TorchRelease, covering: list[_Fit], gpus: list[_Gpu
     if fallback is None:
         return InstallPlan("torch", None, reason, variant=target.name, release=release.release, cuda=target.cuda,
                            needs_driver=need, advice=advice, verify=TORCH_VERIFY, warnings=tuple(warnings),
-                           rejected=tuple(rejected))
+                           alternatives=tuple(later[1:]), rejected=tuple(rejected))
     old_release, fit, native = fallback
     if not native:
         warnings.append(f"driver {version} runs CUDA {fit.variant.cuda} only through minor-version compatibility: "
                         "limited feature set, PTX JIT may fail")
-    later = Alternative(after, f"after updating the driver to {need} or newer: torch {release.release} {target.name}")
     return InstallPlan("torch", _torch_command(old_release, fit.variant.name, platform),
                        f"{reason}, or keep it with torch {old_release.release} {fit.variant.name} "
                        f"({_gpu_phrase(gpus, fit)})",
                        variant=fit.variant.name, release=old_release.release, cuda=fit.variant.cuda,
                        needs_driver=need, advice=advice, verify=TORCH_VERIFY, warnings=tuple(warnings),
-                       alternatives=(later,), rejected=tuple(rejected))
+                       alternatives=tuple(later), rejected=tuple(rejected))
 
 
 # --- TensorFlow ---------------------------------------------------------------------------------
 
-def _tensorflow_release(python_version: str | None) -> TensorflowRelease:
+def _tensorflow_cudas(releases: Sequence[TensorflowRelease]) -> str:
+    """ "12.5 (TensorFlow 2.18 to 2.21), 12.3 (2.16 to 2.17), ..." for a hint."""
+    spans: dict[str, list[str]] = {}
+    for release in releases:
+        spans.setdefault(release.cuda, []).append(release.release)
+    parts = [f"{cuda} ({names[-1]} to {names[0]})" if len(names) > 1 else f"{cuda} ({names[0]})"
+             for cuda, names in spans.items()]
+    return "TensorFlow's CUDA versions: " + ", ".join(parts)
+
+
+def _tensorflow_release(python_version: str | None, cuda: str | None = None) -> TensorflowRelease:
+    """The newest release with wheels for this Python, among those built with ``cuda`` when one is asked for."""
     releases = tensorflow_releases()
+    if cuda is not None:
+        releases = tuple(r for r in releases if cuda_key(r.cuda) == cuda_key(cuda))
+        if not releases:
+            raise GpuflyError(f"no TensorFlow release in gpufly's table is built with CUDA {cuda}",
+                              hint=_tensorflow_cudas(tensorflow_releases()))
     if python_version is None:
         return releases[0]
     for release in releases:
         if release.supports_python(python_version):
             return release
-    raise GpuflyError(f"no TensorFlow release in gpufly's table has wheels for Python {python_version}",
+    built = f" built with CUDA {cuda}" if cuda else ""
+    raise GpuflyError(f"no TensorFlow release{built} in gpufly's table has wheels for Python {python_version}",
                       hint=f"TensorFlow {releases[0].release} supports Python {releases[0].python_min} "
                            f"to {releases[0].python_max}")
 
@@ -438,29 +475,54 @@ def _tf_spec(release: TensorflowRelease, extra: str | None) -> str:
 
 
 def choose_tensorflow(gpus: Sequence[GpuInput], driver: DriverFact | None, platform: str = "linux",
-                      python_version: str | None = None, installed: FrameworkFact | None = None) -> InstallPlan:
+                      python_version: str | None = None, installed: FrameworkFact | None = None,
+                      cuda: str | None = None) -> InstallPlan:
     """TensorFlow with its CUDA from pip (``tensorflow[and-cuda]``) where the driver runs it, else the CPU build.
 
-    Never ``tensorflow-gpu``: that package is removed and only raises an error.
+    Each release is built with one CUDA; ``cuda`` picks the newest release built with it (an error when
+    none is). Never ``tensorflow-gpu``: that package is removed and only raises an error.
     """
     check_platform(platform)
+    wanted = _normalize_cuda(cuda)
     facts = tensorflow_facts()
-    release = _tensorflow_release(python_version)
     warnings = _tensorflow_warnings(installed)
     verify = facts["gpu_check"]["verify"]
-    cpu = f"pip install {_tf_spec(release, None)}"
     visible = _gpu_list(gpus)
     version = _driver_version(driver)
-    if platform == "windows":
-        return _tensorflow_windows(release, cpu, verify, warnings)
-    if platform == "darwin" or version is None or not visible:
+    if platform in ("windows", "darwin") or version is None or not visible:
+        release = _tensorflow_release(python_version)
+        cpu = f"pip install {_tf_spec(release, None)}"
+        warnings += _ignored(cuda)
+        if platform == "windows":
+            return _tensorflow_windows(release, cpu, verify, warnings)
         return InstallPlan("tensorflow", cpu, f"{_no_gpu_reason(platform, version, visible, driver)}: the CPU build",
                            variant="cpu", release=release.release, verify=verify, warnings=tuple(warnings))
+    release = _tensorflow_release(python_version, wanted)
+    asked = ", as asked" if wanted else ""
     if driver_supports(version, release.cuda, platform):
-        reason = (f"driver {version} runs CUDA {release.cuda}, which TensorFlow {release.release} is tested with "
-                  f"(cuDNN {release.cudnn}); the and-cuda extra installs both from pip")
-        return InstallPlan("tensorflow", f"pip install {_tf_spec(release, 'and-cuda')}", reason, variant="and-cuda",
+        return _tensorflow_gpu(release, version, asked, verify, warnings)
+    return _tensorflow_driver_too_old(release, version, platform, python_version, verify, warnings)
+
+
+def _tensorflow_gpu(release: TensorflowRelease, version: str, asked: str, verify: str,
+                    warnings: list[str]) -> InstallPlan:
+    if not release.and_cuda:
+        since = tensorflow_facts()["and_cuda"]["since"]
+        warnings.append(f"TensorFlow {release.release} does not bring CUDA with it (the and-cuda extra starts with "
+                        f"{since}): install CUDA {release.cuda} and cuDNN {release.cudnn} yourself")
+        reason = (f"TensorFlow {release.release} is tested with CUDA {release.cuda}{asked}, and cuDNN "
+                  f"{release.cudnn}; driver {version} runs it")
+        return InstallPlan("tensorflow", f"pip install {_tf_spec(release, None)}", reason, variant="system-cuda",
                            release=release.release, cuda=release.cuda, verify=verify, warnings=tuple(warnings))
+    reason = (f"driver {version} runs CUDA {release.cuda}{asked}, which TensorFlow {release.release} is tested with "
+              f"(cuDNN {release.cudnn}); the and-cuda extra installs both from pip")
+    return InstallPlan("tensorflow", f"pip install {_tf_spec(release, 'and-cuda')}", reason, variant="and-cuda",
+                       release=release.release, cuda=release.cuda, verify=verify, warnings=tuple(warnings))
+
+
+def _tensorflow_driver_too_old(release: TensorflowRelease, version: str, platform: str, python_version: str | None,
+                               verify: str, warnings: list[str]) -> InstallPlan:
+    cpu = f"pip install {_tf_spec(release, None)}"
     need = min_driver_for(release.cuda, platform)
     alternatives = []
     for older in tensorflow_releases():
@@ -494,10 +556,26 @@ def _tensorflow_windows(release: TensorflowRelease, cpu: str, verify: str, warni
 
 # --- JAX ----------------------------------------------------------------------------------------
 
+def _jax_extras(cuda: str | None) -> tuple[JaxExtra, ...]:
+    """JAX's CUDA extras, newest first; with ``cuda``, the one for its major version (jax[cuda12] for 12.x)."""
+    extras = jax_extras()
+    if cuda is None:
+        return extras
+    kept = tuple(e for e in extras if cuda_key(e.cuda)[0] == cuda_key(cuda)[0])
+    if not kept:
+        known = ", ".join(f"jax[{e.extra}] (CUDA {cuda_key(e.cuda)[0]}.x)" for e in extras)
+        raise GpuflyError(f"JAX has no wheels for CUDA {cuda}", hint=f"its CUDA extras: {known}")
+    return kept
+
+
 def choose_jax(gpus: Sequence[GpuInput], driver: DriverFact | None, platform: str = "linux",
-               env: EnvFact | None = None) -> InstallPlan:
-    """``jax[cuda13]`` when the driver and every GPU allow it, else ``jax[cuda12]``, else the CPU build."""
+               env: EnvFact | None = None, cuda: str | None = None) -> InstallPlan:
+    """``jax[cuda13]`` when the driver and every GPU allow it, else ``jax[cuda12]``, else the CPU build.
+
+    ``cuda`` ("12.6", "13") keeps the extra for that CUDA major version.
+    """
     check_platform(platform)
+    wanted = _normalize_cuda(cuda)
     facts = jax_facts()
     cpu = facts["cpu_command"]
     support = facts["gpu_platforms"][platform]
@@ -508,16 +586,23 @@ def choose_jax(gpus: Sequence[GpuInput], driver: DriverFact | None, platform: st
     if support == "unsupported":
         where = "native Windows (use WSL2, where they are experimental)" if platform == "windows" else "macOS"
         return InstallPlan("jax", cpu, f"JAX has no NVIDIA GPU wheels for {where}: the CPU build", variant="cpu",
-                           verify=JAX_VERIFY, warnings=tuple(warnings))
+                           verify=JAX_VERIFY, warnings=(*warnings, *_ignored(cuda)))
     if version is None or not visible:
         return InstallPlan("jax", cpu, f"{_no_gpu_reason(platform, version, visible, driver)}: the CPU build",
-                           variant="cpu", verify=JAX_VERIFY, warnings=tuple(warnings))
+                           variant="cpu", verify=JAX_VERIFY, warnings=(*warnings, *_ignored(cuda)))
+    extras = _jax_extras(wanted)
     if support == "experimental":
         warnings.append(f"JAX's GPU wheels are experimental on {platform.upper()}")
+    return _plan_jax(extras, visible, version, wanted, cpu, warnings)
+
+
+def _plan_jax(extras: Sequence[JaxExtra], visible: list[_Gpu], version: str, wanted: str | None, cpu: str,
+              warnings: list[str]) -> InstallPlan:
     known = [g for g in visible if g.cc]
+    asked = f" (CUDA {cuda_key(wanted)[0]}.x, as asked)" if wanted else ""
     rejected = []
-    drivers: list[tuple[str, str]] = []
-    for extra in jax_extras():
+    drivers: list[JaxExtra] = []
+    for extra in extras:
         old = [g for g in known if parse_compute_capability(g.cc or "0.0")
                < parse_compute_capability(extra.min_compute_capability)]
         if old:
@@ -526,18 +611,20 @@ def choose_jax(gpus: Sequence[GpuInput], driver: DriverFact | None, platform: st
             continue
         if not version_at_least(version, extra.min_driver_linux):
             rejected.append(f"{extra.extra}: needs driver >= {extra.min_driver_linux}, this one is {version}")
-            drivers.append((extra.extra, extra.min_driver_linux))
+            drivers.append(extra)
             continue
-        reason = (f"driver {version} and {_labels(visible)} meet jax[{extra.extra}] (driver >= "
+        reason = (f"driver {version} and {_labels(visible)} meet jax[{extra.extra}]{asked} (driver >= "
                   f"{extra.min_driver_linux}, compute capability >= {extra.min_compute_capability})")
         return InstallPlan("jax", extra.command, reason, variant=extra.extra, cuda=extra.cuda, verify=JAX_VERIFY,
                            warnings=tuple(warnings), rejected=tuple(rejected))
     if drivers:
-        needs_driver = drivers[0][1]
-        warnings += [f"a driver >= {floor} is enough for jax[{name}]" for name, floor in drivers[1:]]
-        return InstallPlan("jax", cpu, f"driver {version} is too old for JAX's CUDA wheels: the CPU build until the "
-                           f"NVIDIA driver is updated to at least {needs_driver}", variant="cpu",
-                           needs_driver=needs_driver, advice=f"update the NVIDIA driver to at least {needs_driver}",
+        lowest = min(drivers, key=lambda extra: parse_version(extra.min_driver_linux))
+        needs_driver = lowest.min_driver_linux
+        warnings += [f"a driver >= {e.min_driver_linux} runs jax[{e.extra}]" for e in drivers if e != lowest]
+        return InstallPlan("jax", cpu, f"driver {version} is too old for JAX's CUDA wheels{asked}: the CPU build "
+                           f"until the NVIDIA driver is updated to at least {needs_driver} (jax[{lowest.extra}])",
+                           variant="cpu", needs_driver=needs_driver,
+                           advice=f"update the NVIDIA driver to at least {needs_driver}, then run: {lowest.command}",
                            verify=JAX_VERIFY, warnings=tuple(warnings), rejected=tuple(rejected))
-    return InstallPlan("jax", cpu, f"{_labels(visible)} is older than any JAX CUDA wheel supports: the CPU build",
-                       variant="cpu", verify=JAX_VERIFY, warnings=tuple(warnings), rejected=tuple(rejected))
+    return InstallPlan("jax", cpu, f"{_labels(visible)} is older than any JAX CUDA wheel{asked} supports: the CPU "
+                       "build", variant="cpu", verify=JAX_VERIFY, warnings=tuple(warnings), rejected=tuple(rejected))

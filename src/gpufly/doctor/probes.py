@@ -26,7 +26,18 @@ from types import ModuleType
 from typing import Any
 
 from gpufly.doctor import framework_probe
-from gpufly.doctor.facts import DriverFact, EnvFact, Facts, FrameworkFact, GpuFact, ProcessFact, ToolkitFact
+from gpufly.doctor.facts import (
+    FRAMEWORK_NAMES,
+    DriverFact,
+    EnvFact,
+    Facts,
+    FrameworkFact,
+    GpuFact,
+    ProcessFact,
+    ToolkitFact,
+    build_fact,
+)
+from gpufly.errors import GpuflyError
 from gpufly.monitor.backends.nvml import Nvml
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
@@ -34,7 +45,7 @@ FindSpec = Callable[[str], object]
 
 TOOL_TIMEOUT_S = 5.0
 FRAMEWORK_TIMEOUT_S = 20.0
-FRAMEWORKS = ("torch", "tensorflow", "jax")
+FRAMEWORKS = FRAMEWORK_NAMES
 SYSTEM_INCLUDE_DIRS = (Path("/usr/include"), Path("/usr/local/cuda/include"))
 SMI_GPU_FIELDS = ("index", "uuid", "name", "driver_version", "compute_cap", "memory.total", "memory.free",
                   "pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current", "pcie.link.width.max",
@@ -357,7 +368,7 @@ def probe_env(environ: Mapping[str, str] = os.environ, proc_root: Path = Path("/
         ld_library_path=environ.get("LD_LIBRARY_PATH"),
         in_container=_in_container(environ, proc_root, root),
         in_wsl="microsoft" in _read(proc_root / "version").lower() or "WSL_DISTRO_NAME" in environ,
-        python_version=platform.python_version(),
+        python_version=".".join(str(part) for part in sys.version_info[:3]),
         platform=_platform(platform_name or sys.platform),
         machine=platform.machine() or None,
     )
@@ -406,9 +417,11 @@ def _fact_from_json(name: str, text: str) -> FrameworkFact:
                              f"gpufly cannot read ({text[:80]!r})")
     known = {f.name for f in fields(FrameworkFact)} - {"name", "installed"}
     values = {key: value for key, value in data.items() if key in known}
-    if isinstance(values.get("arch_list"), list):
-        values["arch_list"] = tuple(values["arch_list"])
-    return FrameworkFact(name, installed=bool(data.get("installed", True)), **values)
+    try:
+        return build_fact(FrameworkFact, {"name": name, "installed": bool(data.get("installed", True)), **values},
+                          f"the import probe for {name}")
+    except GpuflyError as exc:
+        return FrameworkFact(name, installed=True, import_error=f"{exc.message} (gpufly could not use its answer)")
 
 
 def _framework_fact(name: str, done: subprocess.CompletedProcess[str]) -> FrameworkFact:
@@ -477,9 +490,10 @@ def _from_metadata(name: str, distributions: Sequence[str]) -> FrameworkFact:
     return FrameworkFact(name, installed=False)
 
 
-def probe_frameworks_without_gpu(find_spec: FindSpec = importlib.util.find_spec) -> list[FrameworkFact]:
-    """Framework facts read from installed files, for a machine with no NVIDIA GPU: no GPU means
-    nothing to learn from an import (devices, arch lists), and importing torch takes seconds."""
+def probe_frameworks_from_files(find_spec: FindSpec = importlib.util.find_spec) -> list[FrameworkFact]:
+    """Framework facts read from installed files, without importing anything: the version and build, not
+    whether the import works. For `gpufly report`, which must stay fast (importing torch takes seconds);
+    `gpufly doctor` imports each framework (probe_frameworks)."""
     facts = [_torch_from_files(find_spec) if _findable("torch", find_spec) else FrameworkFact("torch", False)]
     facts.append(_from_metadata("tensorflow", ("tensorflow-gpu", "tensorflow", "tensorflow-cpu", "tf-nightly"))
                  if _findable("tensorflow", find_spec) else FrameworkFact("tensorflow", False))
@@ -488,15 +502,18 @@ def probe_frameworks_without_gpu(find_spec: FindSpec = importlib.util.find_spec)
 
 
 def probe_all(nvml: ModuleType | None = None, run: Run = subprocess.run, environ: Mapping[str, str] = os.environ,
-              python: str = sys.executable, proc_root: Path = Path("/proc"), root: Path = Path("/")) -> Facts:
-    """Everything the doctor needs. With GPUs, each framework is imported in a child process while
-    the other probes run; without, its facts come from its installed files (no import)."""
+              python: str = sys.executable, proc_root: Path = Path("/proc"), root: Path = Path("/"),
+              import_frameworks: bool = True) -> Facts:
+    """Everything the doctor needs. Each installed framework is imported in a child process (all at once,
+    each with a timeout, while the other probes run), GPU or not: an import that crashes or hangs is
+    what the doctor must see. ``import_frameworks=False`` reads their installed files instead (fast, but
+    blind to a broken import)."""
     collected_at = datetime.now(UTC).isoformat(timespec="seconds")
-    driver, gpus = probe_driver_and_gpus(nvml=nvml, run=run)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        frameworks = pool.submit(probe_frameworks, run=run, python=python) if gpus else None
+        frameworks = pool.submit(probe_frameworks, run=run, python=python) if import_frameworks else None
+        driver, gpus = probe_driver_and_gpus(nvml=nvml, run=run)
         toolkit = probe_toolkit(run=run, environ=environ)
         env = probe_env(environ=environ, proc_root=proc_root, root=root)
-        found = frameworks.result() if frameworks else probe_frameworks_without_gpu()
-        return Facts(driver=driver, gpus=tuple(gpus), toolkit=toolkit, frameworks=tuple(found), env=env,
-                     collected_at=collected_at)
+        found = frameworks.result() if frameworks else probe_frameworks_from_files()
+    return Facts(driver=driver, gpus=tuple(gpus), toolkit=toolkit, frameworks=tuple(found), env=env,
+                 collected_at=collected_at)

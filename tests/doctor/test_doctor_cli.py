@@ -1,0 +1,136 @@
+"""`gpufly doctor` and `gpufly install` as a user runs them: narrow terminals, broken installs, --run."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+SCENARIOS = Path(__file__).parent.parent / "fixtures" / "doctor" / "scenarios"
+
+
+def _facts_file(tmp_path: Path, scenario: str) -> Path:
+    path = tmp_path / f"{scenario}.json"
+    path.write_text(json.dumps(json.loads((SCENARIOS / f"{scenario}.json").read_text())["facts"]))
+    return path
+
+
+def _crashing_torch(root: Path) -> Path:
+    """A torch package whose import aborts the interpreter, with a readable version.py beside it."""
+    package = root / "torch"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("import os\nos.abort()\n")
+    (package / "version.py").write_text("__version__ = '2.13.0+cpu'\ncuda = None\n")
+    return root
+
+
+def test_doctor_imports_torch_even_without_a_gpu_and_reports_the_crash(cli, tmp_path) -> None:
+    fake = _crashing_torch(tmp_path / "fake")
+    result = cli("doctor", "--json", env={"PYTHONPATH": str(fake)})
+    assert result.code == 1, result.stderr
+    data = json.loads(result.stdout)
+    torch = next(f for f in data["facts"]["frameworks"] if f["name"] == "torch")
+    assert torch["installed"] and torch["import_error"].startswith("crashed with SIGABRT while importing torch")
+    failed = [f for f in data["findings"] if f["status"] == "fail"]
+    assert [f["check"] for f in failed] == ["torch_import"]
+    assert data["facts"]["gpus"] == []
+
+
+def test_report_stays_fast_and_says_it_did_not_import(cli, tmp_path) -> None:
+    fake = _crashing_torch(tmp_path / "fake")
+    result = cli("report", env={"PYTHONPATH": str(fake)})
+    assert result.code == 0, result.stderr
+    assert "frameworks read from installed files; `gpufly doctor` imports them" in result.stdout
+
+
+def test_fix_commands_are_whole_at_80_columns(cli, tmp_path) -> None:
+    path = _facts_file(tmp_path, "driver_too_old")
+    result = cli("doctor", "--facts", str(path), env={"COLUMNS": "80"})
+    assert result.code == 1
+    command = "pip install torch==2.7.* --index-url https://download.pytorch.org/whl/cu118"
+    assert any(command in line for line in result.stdout.splitlines()), result.stdout
+    assert "…" not in result.stdout
+    assert "update the NVIDIA driver to at least 525.60.13, then run: pip install torch==2.14.* --index-url " \
+           "https://download.pytorch.org/whl/cu126" in result.stdout
+
+
+def test_deep_with_saved_facts_says_the_smoke_test_is_skipped(cli, tmp_path) -> None:
+    result = cli("doctor", "--deep", "--facts", str(_facts_file(tmp_path, "healthy_gpu")))
+    assert result.code == 0
+    assert "note: --deep skipped: the smoke test runs on this machine's GPUs, not on saved facts" in result.stderr
+
+
+@pytest.mark.parametrize("framework, cuda, message", [
+    ("jax", "99.1", "error: JAX has no wheels for CUDA 99.1"),
+    ("tensorflow", "12.6", "error: no TensorFlow release in gpufly's table is built with CUDA 12.6"),
+    ("torch", "abc", "error: cannot read --cuda 'abc'"),
+])
+def test_install_refuses_a_cuda_it_cannot_honour(cli, tmp_path, framework: str, cuda: str, message: str) -> None:
+    result = cli("install", framework, "--cuda", cuda, "--facts", str(_facts_file(tmp_path, "healthy_gpu")))
+    assert result.code == 2 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[0] == message or result.stderr.splitlines()[0].startswith(message)
+
+
+def test_install_jax_honours_cuda(cli, tmp_path) -> None:
+    facts = str(_facts_file(tmp_path, "healthy_gpu"))
+    assert cli("install", "jax", "--cuda", "12.6", "--facts", facts).stdout.splitlines()[0] == \
+        'pip install -U "jax[cuda12]"'
+    asked = cli("install", "jax", "--cuda", "13.0", "--facts", facts, "--json")
+    plan = json.loads(asked.stdout)["plan"]
+    assert (plan["command"], plan["needs_driver"]) == ("pip install -U jax", "580")
+
+
+def _fake_pip(root: Path) -> Path:
+    """A `pip` package that `python -m pip` finds first on PYTHONPATH: it records its arguments and exits
+    with $FAKE_PIP_EXIT, installing nothing."""
+    package = root / "pip"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(
+        "import json, os, sys\n"
+        "with open(os.environ['FAKE_PIP_LOG'], 'w') as log:\n"
+        "    json.dump(sys.argv[1:], log)\n"
+        "print('fake pip ran')\n"
+        "sys.exit(int(os.environ.get('FAKE_PIP_EXIT', '0')))\n")
+    return root
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow", "jax"])
+def test_install_run_runs_the_printed_command(cli, tmp_path, framework: str) -> None:
+    log = tmp_path / "pip_args.json"
+    env = {"PYTHONPATH": str(_fake_pip(tmp_path / "fake")), "FAKE_PIP_LOG": str(log)}
+    result = cli("install", framework, "--run", "--facts", str(_facts_file(tmp_path, "healthy_gpu")), env=env)
+    assert result.code == 0, result.stderr
+    printed = result.stdout.splitlines()[0]
+    assert printed.startswith("pip install ")
+    assert ["pip", *json.loads(log.read_text())] == shlex.split(printed)
+    assert "fake pip ran" in result.stdout
+
+
+def test_install_run_that_fails_exits_non_zero_with_one_clear_line(cli, tmp_path) -> None:
+    log = tmp_path / "pip_args.json"
+    env = {"PYTHONPATH": str(_fake_pip(tmp_path / "fake")), "FAKE_PIP_LOG": str(log), "FAKE_PIP_EXIT": "3"}
+    result = cli("install", "torch", "--run", "--facts", str(_facts_file(tmp_path, "healthy_gpu")), env=env)
+    printed = result.stdout.splitlines()[0]
+    assert result.code == 1 and "Traceback" not in result.stderr
+    assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [
+        f"error: `{printed}` failed: pip exited with 3"]
+    assert log.exists()
+
+
+def test_install_run_without_a_command_runs_nothing(cli, tmp_path) -> None:
+    """An RTX 5090 on driver 470: no torch build runs until the driver is updated, so pip never starts."""
+    log = tmp_path / "pip_args.json"
+    env = {"PYTHONPATH": str(_fake_pip(tmp_path / "fake")), "FAKE_PIP_LOG": str(log)}
+    data = json.loads(_facts_file(tmp_path, "new_gpu_old_wheel").read_text())
+    data["driver"].update(version="470.82.01", cuda_version="11.4")
+    path = tmp_path / "rtx5090_r470.json"
+    path.write_text(json.dumps(data))
+    result = cli("install", "torch", "--run", "--facts", str(path), env=env)
+    assert result.code == 1 and not log.exists()
+    assert result.stderr.splitlines() == [
+        "error: nothing to run: no build works with this driver",
+        "hint: update the NVIDIA driver to at least 580, then run: pip install torch==2.14.* --index-url "
+        "https://download.pytorch.org/whl/cu132"]
