@@ -61,7 +61,10 @@ step pytest_gpu 150 env GPUFLY_BENCH_RUN="$WORK/bench.json" "$PY" -m pytest -m g
 step doctor_deep 45 "${GF[@]}" doctor --deep --json
 step doctor 20 "${GF[@]}" doctor --save "$WORK/facts.json"
 step report 20 "${GF[@]}" report --json
-# The monitor on real NVML: one snapshot, a few recorded samples, what a sample costs.
+# The monitor on real NVML: a recording of every NVML call the backend makes (a fixture for the fake pynvml),
+# one snapshot, a few recorded samples, what a sample costs.
+step record_nvml 20 "$PY" scripts/record_nvml_fixture.py "$WORK/nvml_recorded.json"
+cp "$WORK/nvml_recorded.json" "$OUT/nvml_recorded.json" 2>/dev/null
 step top_once 15 "${GF[@]}" top --once --json
 step watch 15 "${GF[@]}" watch --count 5 --interval 1 --output "$WORK/watch.jsonl"
 step monitor_overhead 30 "$PY" benchmarks/monitor_overhead.py --samples 200
