@@ -29,7 +29,8 @@ def test_the_best_safe_trial_of_a_results_file_is_applied(tmp_path: Path) -> Non
     log.append(TrialResult("mix", {"optimizer_impl": "foreach", "batch_size": 32, "num_workers": 1, "sparse": True},
                            "ok", throughput=150.0, speedup=1.5))
     model, opt, loader = _objects()
-    applied = gpufly.apply(results, model, opt, loader)
+    with pytest.warns(UserWarning, match="sparse is not among the knobs"):
+        applied = gpufly.apply(results, model, opt, loader)
     assert applied.knobs["batch_size"] == 32, "the unsafe 9x trial is never chosen"
     assert applied.optimizer is not opt and applied.optimizer.param_groups[0]["foreach"] is True
     assert applied.optimizer.param_groups[0]["lr"] == 3e-3
@@ -83,3 +84,10 @@ def test_bad_configurations_are_clear_errors(tmp_path: Path) -> None:
         gpufly.apply({"task": "infer", "quantize": "int4_weight_only"}, model)
     with pytest.raises(GpuflyError, match="cannot rebuild the optimizer"):
         gpufly.apply({"optimizer_impl": "fusd"}, model, opt)
+
+
+def test_an_unknown_knob_is_not_silently_accepted() -> None:
+    model, _, _ = _objects()
+    with pytest.warns(UserWarning, match=r"nosuch is not among the knobs it applies \(amp, batch_size"):
+        applied = gpufly.apply({"nosuch": 1}, model)
+    assert applied.todo == ["workload option nosuch=1: set it in your own code"]

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufly.tune.engine import ResultsLog, Search, Trial, TrialResult, run_in_subprocess
+from gpufly.errors import GpuflyError
+from gpufly.tune.engine import ResultsLog, Search, Trial, TrialResult, run_identity, run_in_subprocess
 
 TINY = str(Path(__file__).parent.parent / "fixtures" / "tune" / "tiny.py") + ":workload"
 
@@ -101,14 +102,18 @@ def test_ddp_over_two_cpu_processes_matches_one_process() -> None:
     ddp = run_in_subprocess(TINY, Trial("ddp", {"ddp": 2}), timeout_s=180, steps=16)
     assert single.status == "ok" and ddp.status == "ok", ddp.error
     assert len(ddp.losses) == len(single.losses) == 16, "the same global batches"
+    assert ddp.world_size == 2 and single.world_size == 1, "torchrun really started two processes"
     assert ddp.loss_drift is None  # set by the search, not the runner
     from gpufly.tune.engine import DRIFT_TOLERANCE, loss_drift
 
     drift = loss_drift(ddp.eval_loss, single.eval_loss)
     assert drift is not None and drift < 1e-4 < DRIFT_TOLERANCE, "gloo all-reduce of the half-batch gradients"
     compressed = run_in_subprocess(TINY, Trial("fp16", {"ddp": 2, "ddp_hook": "fp16"}), timeout_s=180, steps=16)
-    assert compressed.status == "ok"
+    assert compressed.status == "ok" and compressed.world_size == 2
     assert loss_drift(compressed.eval_loss, single.eval_loss) < DRIFT_TOLERANCE
+    powersgd = run_in_subprocess(TINY, Trial("powersgd", {"ddp": 2, "ddp_hook": "powersgd"}), timeout_s=180,
+                                 steps=16)
+    assert powersgd.status == "ok" and powersgd.world_size == 2, powersgd.error
 
 
 def test_a_failing_ddp_trial_reports_the_ranks_error_not_the_launchers() -> None:
@@ -155,3 +160,63 @@ def test_two_values_of_one_knob_are_not_combined(tmp_path: Path) -> None:
     runner, calls = _fake({"impl": 1.2})
     Search("w", {"impl": ["foreach", "fused"]}, ResultsLog(tmp_path / "r.jsonl"), runner).run()
     assert calls == ["baseline", "impl=foreach", "impl=fused"]
+
+
+def test_throughput_is_the_median_step_so_one_slow_step_does_not_move_it() -> None:
+    slow = run_in_subprocess(TINY, Trial("slow", {"slow_step": 8}), timeout_s=120, steps=16)
+    assert slow.status == "ok" and slow.throughput and slow.mean_throughput, slow.error
+    # One 0.5 s step among a dozen of about a millisecond: the mean collapses, the median does not.
+    assert slow.throughput > 5 * slow.mean_throughput
+
+
+def test_real_trials_that_break_the_loss_or_lower_the_metric_are_unsafe_and_not_chosen(tmp_path: Path) -> None:
+    search = Search(TINY, {"loss_scale": [3.0], "metric_penalty": [0.5]}, ResultsLog(tmp_path / "r.jsonl"),
+                    lambda w, t, s: run_in_subprocess(w, t, s, steps=12), timeout_s=120)
+    best = search.run()
+    by_name = {r.name: r for r in search.results}
+    assert by_name["loss_scale=3.0"].status == "unsafe" and by_name["loss_scale=3.0"].loss_drift > 0.02
+    penalized = by_name["metric_penalty=0.5"]
+    assert penalized.status == "unsafe" and penalized.loss_drift == 0.0, "the loss is the same; the metric is not"
+    assert penalized.metric_drop is not None and penalized.metric_drop > 0.01
+    assert best is not None and best.name == "baseline"
+
+
+def test_a_lower_is_better_metric_that_rises_is_unsafe(tmp_path: Path) -> None:
+    def runner(workload: str, trial: Trial, timeout_s: float) -> TrialResult:
+        metric = 0.50 if not trial.knobs else 0.52
+        return TrialResult(trial.name, trial.knobs, "ok", throughput=150.0 if trial.knobs else 100.0,
+                           eval_loss=0.5, eval_metric=metric, higher_is_better=False)
+
+    search = Search("w", {"a": [True]}, ResultsLog(tmp_path / "r.jsonl"), runner)
+    assert search.run().name == "baseline"
+    assert search.results[1].status == "unsafe" and search.results[1].metric_drop > 0.01
+
+
+def test_with_ddp_the_hooks_and_bucket_sizes_are_tried_with_it_and_combined(tmp_path: Path) -> None:
+    runner, calls = _fake({"ddp": 1.2, "ddp_hook": 1.3, "bucket_mb": 1.1})
+    search = Search("w", {"ddp": [2], "ddp_hook": ["powersgd"], "bucket_mb": [5]}, ResultsLog(tmp_path / "r.jsonl"),
+                    runner)
+    best = search.run()
+    assert calls == ["baseline", "ddp=2", "ddp=2 + ddp_hook=powersgd", "ddp=2 + bucket_mb=5",
+                     "ddp=2 + ddp_hook=powersgd + bucket_mb=5"], "ddp=2 alone adds nothing to the hook's trial"
+    assert best is not None and best.knobs == {"ddp": 2, "ddp_hook": "powersgd", "bucket_mb": 5}
+
+
+def test_the_results_file_records_its_run_and_refuses_another_or_a_garbage_line(tmp_path: Path) -> None:
+    log = ResultsLog(tmp_path / "r.jsonl")
+    runner, _ = _fake({"a": 1.5})
+    identity = run_identity("cnn", "train", 40, "cpu", "2.13")
+    Search("w", {"a": [True]}, log, runner, identity=identity).run()
+    assert json.loads(log.path.read_text().splitlines()[0]) == {"gpufly_tune_run": identity}
+    assert len(log.done()) == 2, "the header is not a trial"
+    other = run_identity("transformer", "train", 40, "cpu", "2.13")
+    with pytest.raises(GpuflyError, match="another run's trials: workload 'cnn' there, 'transformer' here"):
+        Search("w", {"a": [True]}, log, runner, identity=other).run()
+    old = ResultsLog(tmp_path / "old.jsonl")
+    old.append(TrialResult("baseline", {}, "ok", throughput=1.0))
+    with pytest.raises(GpuflyError, match="does not record which run"):
+        Search("w", {}, old, runner, identity=identity).run()
+    lines = log.path.read_text().splitlines()
+    log.path.write_text("\n".join([lines[0], "garbage", *lines[1:]]) + "\n")
+    with pytest.raises(GpuflyError, match="line 2 is not a tune trial"):
+        log.done()

@@ -91,8 +91,20 @@ def test_the_gpu_knob_list_has_compile_modes_and_weight_only_quantization(monkey
     cpu = default_knobs(transformer, cuda=False, ddp=0, task="infer")
     assert cpu["quantize"] == ["int8_dynamic"] and "compile" not in cpu
     assert code_for({"quantize": "int4_weight_only", "compile": "reduce-overhead"}) == [
-        "torchao.quantization.quantize_(model, torchao.quantization.Int4WeightOnlyConfig())",
+        "model = model.to(torch.bfloat16); torchao.quantization.quantize_(model, torchao.quantization."
+        "Int4WeightOnlyConfig(group_size=128, int4_packing_format='tile_packed_to_4d'))",
         "model = torch.compile(model, mode='reduce-overhead')"]
+
+
+def test_the_int4_config_asks_for_the_layout_torchaos_own_cuda_kernel_runs() -> None:
+    """torchao >= 0.15 defaults int4 to the plain layout, whose kernel needs fbgemm-gpu-genai."""
+    ao = pytest.importorskip("torchao.quantization")
+    from torchao.quantization.quantize_.workflows import Int4PackingFormat
+
+    from gpufly.tune.worker import WEIGHT_ONLY, WEIGHT_ONLY_ARGS
+
+    config = getattr(ao, WEIGHT_ONLY["int4_weight_only"])(**WEIGHT_ONLY_ARGS["int4_weight_only"])
+    assert config.int4_packing_format == Int4PackingFormat.TILE_PACKED_TO_4D and config.group_size == 128
 
 
 @pytest.mark.gpu
@@ -101,7 +113,13 @@ def test_cuda_graphs_and_weight_only_trials_run_on_a_gpu() -> None:
 
     graphs = run_in_subprocess("transformer", Trial("graphs", {"compile": "reduce-overhead"}), 600, steps=12)
     assert graphs.status == "ok", graphs.error
+    recsys = run_in_subprocess("recsys", Trial("gpu", {"batched": True, "sparse": True, "fused": True}), 600,
+                               steps=8, device="cuda")
+    assert recsys.status == "ok" and recsys.eval_metric is not None, recsys.error
     pytest.importorskip("torchao")
     quantized = run_in_subprocess("transformer", Trial("int8", {"task": "infer", "quantize": "int8_weight_only"}),
                                   600, steps=8)
     assert quantized.status == "ok", quantized.error
+    int4 = run_in_subprocess("transformer", Trial("int4", {"task": "infer", "quantize": "int4_weight_only"}), 600,
+                             steps=8)
+    assert int4.status == "ok", int4.error

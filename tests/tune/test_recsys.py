@@ -70,3 +70,23 @@ def test_training_lowers_the_held_out_loss() -> None:
     for k in range(len(data) - 1):
         train_step(model, opts, data[k])
     assert eval_logloss(model, held_out) < before - 0.02
+
+
+def test_the_model_and_its_batches_move_to_the_device_together() -> None:
+    """On a GPU every tensor the forward pass builds must live where the batch is, or the GPU run measures
+    the host: the pair indices are a buffer (moved by ``model.to``) and a batch has ``to``."""
+    model = DLRM(SMALL, fused=True)
+    assert "_pairs" in dict(model.named_buffers()) and "_pairs" not in model.state_dict()
+    batch = BatchedDataset(ClickLog(SMALL), 32)[0]
+    moved = batch.to("cpu")
+    assert torch.equal(moved.ids, batch.ids) and len(moved) == 32
+    assert model(moved).shape == (32,)
+
+
+def test_a_trial_asked_to_run_on_a_missing_gpu_says_so() -> None:
+    from gpufly.tune.engine import Trial, run_in_subprocess
+
+    if torch.cuda.is_available():
+        return
+    result = run_in_subprocess("recsys", Trial("gpu", {"batched": True}), timeout_s=120, steps=4, device="cuda")
+    assert result.status == "failed" and "no CUDA GPU" in (result.error or "")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 TINY = Path(__file__).parent.parent / "fixtures" / "tune" / "tiny.py"
 
 
@@ -21,12 +23,18 @@ def test_a_user_workload_is_tuned_and_resumed(cli, tmp_path: Path) -> None:  # t
     assert bars == sum(t["speedup"] is not None for t in document["trials"]) and bars >= 4
     assert all(t["status"] in ("ok", "unsafe") for t in document["trials"])
     assert document["trials"][0]["speedup"] == 1.0 and document["best"] is not None
-    assert len(results.read_text().splitlines()) == len(names)
+    assert len(results.read_text().splitlines()) == len(names) + 1
     again = cli("tune", f"{TINY}:workload", "--steps", "12", "--results", str(results))
     assert again.code == 2 and "already holds trial results" in again.stderr and "--resume" in again.stderr
     resumed = cli("tune", f"{TINY}:workload", "--steps", "12", "--results", str(results), "--resume", "--json")
     assert resumed.code == 0
-    assert len(results.read_text().splitlines()) == len(names), "every trial came from the file"
+    assert len(results.read_text().splitlines()) == len(names) + 1, "every trial came from the file"
+    cross = cli("tune", "cnn", "--steps", "12", "--results", str(results), "--resume")
+    assert cross.code == 2 and "holds another run's trials" in cross.stderr and "workload" in cross.stderr
+    assert "Traceback" not in cross.stderr and "hint:" in cross.stderr
+    fewer = cli("tune", f"{TINY}:workload", "--steps", "8", "--results", str(results), "--resume")
+    assert fewer.code == 2 and "steps 12 there, 8 here" in fewer.stderr
+    assert len(results.read_text().splitlines()) == len(names) + 1, "a header, then one line per trial"
     report = cli("report", "--tune", str(results))
     assert report.code == 0 and f"tune: {len(names)} trials; best safe" in report.stdout
     missing = cli("report", "--tune", str(tmp_path / "none.jsonl"))
@@ -48,6 +56,18 @@ def test_workload_loading_errors_are_one_line(cli, tmp_path: Path) -> None:  # t
     broken.write_text("def make():\n    return 42\n")
     result = cli("tune", f"{broken}:make", "--results", str(tmp_path / "r2.jsonl"))
     assert result.code == 2 and "returned int, not a Workload" in result.stderr and "Traceback" not in result.stderr
+    sources = {"syntax.py": "def make(:\n    pass\n", "importing.py": "import no_such_module_xyz\ndef make(): pass\n",
+               "raising.py": "def make(options):\n    raise RuntimeError('boom')\n"}
+    messages = {"syntax.py": "has a syntax error: invalid syntax",
+                "importing.py": "No module named 'no_such_module_xyz'",
+                "raising.py": "failed to build: RuntimeError: boom"}
+    for name, source in sources.items():
+        (tmp_path / name).write_text(source)
+        result = cli("tune", f"{tmp_path / name}:make", "--results", str(tmp_path / f"{name}.jsonl"))
+        assert result.code == 2 and messages[name] in result.stderr, (name, result.stderr)
+        assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 2, result.stderr
+    syntax = cli("tune", f"{tmp_path / 'syntax.py'}:make", "--results", str(tmp_path / "s.jsonl"))
+    assert "syntax.py, line 1" in syntax.stderr and "py_compile" in syntax.stderr, "its own hint: where to look"
 
 
 def test_task_is_train_or_infer(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -62,3 +82,78 @@ def test_an_html_path_in_no_folder_is_refused_before_any_trial(cli, tmp_path: Pa
     result = cli("tune", f"{TINY}:workload", "--results", str(results), "--html", str(tmp_path / "no" / "t.html"))
     assert result.code == 2 and "is not a folder" in result.stderr and "Traceback" not in result.stderr
     assert not results.exists()
+
+
+def test_bad_results_paths_and_numbers_are_refused_before_any_trial(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    folder = tmp_path / "out"
+    folder.mkdir()
+    cases = [
+        (["--results", "/proc/nope/r.jsonl"], "/proc/nope is not a folder"),
+        (["--results", str(folder)], "is a folder"),
+        (["--results", str(folder), "--resume"], "is a folder"),
+        (["--budget-minutes", "nan"], "--budget-minutes must be a positive number"),
+        (["--budget-minutes", "inf"], "--budget-minutes must be a positive number"),
+        (["--timeout", "nan"], "--timeout must be a positive number"),
+        (["--ddp", "-1"], "--ddp is a process count"),
+        (["--ddp", "1"], "--ddp 1 is one process, which is no DDP"),
+        (["--steps", "2"], "--steps must be at least 4"),
+    ]
+    for args, message in cases:
+        argv = ["tune", f"{TINY}:workload", *args]
+        if "--results" not in args:
+            argv += ["--results", str(tmp_path / "r.jsonl")]
+        result = cli(*argv)
+        assert result.code == 2 and message in result.stderr, (args, result.stderr)
+        assert "hint:" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "r.jsonl").exists() and not any(folder.iterdir())
+
+
+def test_an_unwritable_results_file_is_a_one_line_error(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from gpufly.errors import GpuflyError
+    from gpufly.tune.engine import ResultsLog, TrialResult
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        log = ResultsLog(folder / "r.jsonl")
+        try:
+            log.append(TrialResult("baseline", {}, "ok"))
+        except GpuflyError as exc:
+            assert "cannot write the results file" in str(exc)
+        else:  # root can write anywhere: nothing to check there
+            assert (folder / "r.jsonl").exists()
+    finally:
+        folder.chmod(0o700)
+
+
+def test_the_help_names_the_builtins_and_the_forms_of_a_user_workload(cli) -> None:  # type: ignore[no-untyped-def]
+    result = cli("tune", "--help")
+    text = " ".join(result.stdout.split())
+    assert result.code == 0
+    assert all(word in text for word in ("cnn", "transformer", "recsys", "module:function", "file.py:function"))
+
+
+def test_tune_recsys_runs_the_case_study_stages(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    results, page = tmp_path / "stages.jsonl", tmp_path / "stages.html"
+    run = cli("tune", "recsys", "--steps", "4", "--results", str(results), "--price-per-hour", "2",
+              "--html", str(page), "--json")
+    assert run.code == 0, run.stderr
+    document = json.loads(run.stdout)
+    assert document["mode"] == "stages" and document["price_per_hour"] == 2.0
+    rows = document["trials"]
+    assert [r["stage"] for r in rows] == ["baseline", "data", "compute", "compute", "compute", "data",
+                                          "communication"]
+    assert rows[0]["speedup"] == 1.0 and rows[0]["held_out_loss"] is not None
+    assert rows[2]["knobs"] == {"batched": True, "sparse": True}, "cumulative"
+    assert rows[-1]["knobs"]["ddp"] == 2
+    assert rows[-1]["status"] != "ok" or rows[-1]["world_size"] == 2
+    for r in rows:
+        if r["throughput"] is not None:
+            assert r["samples_per_dollar"] == pytest.approx(r["throughput"] * 3600 / 2)
+    assert document["best"] is not None and page.read_text().count('class="trial"') >= 4
+    assert len(results.read_text().splitlines()) == len(rows) + 1
+    text = cli("tune", "recsys", "--steps", "4", "--results", str(results), "--resume", "--price-per-hour", "2")
+    assert text.code == 0, text.stderr
+    assert "samples/$" in text.stdout and "best safe stage" in text.stdout and "communication" in text.stdout
+    assert len(results.read_text().splitlines()) == len(rows) + 1, "resumed from the file"

@@ -39,3 +39,6 @@ def test_default_knobs_fit_the_workload() -> None:
     recsys = default_knobs(build("recsys", {}), cuda=True, ddp=2)
     assert {"batched", "sparse", "fused", "ddp", "tf32", "pin_memory"} <= set(recsys)
     assert "channels_last" not in recsys
+    assert recsys["ddp"] == [2] and recsys["ddp_hook"] == ["fp16", "powersgd", "bf16"] and recsys["bucket_mb"]
+    on_cpu = default_knobs(build("recsys", {}), cuda=False, ddp=2)
+    assert on_cpu["ddp_hook"] == ["fp16", "powersgd"], "bf16 compression needs NCCL"

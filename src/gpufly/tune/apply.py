@@ -81,7 +81,14 @@ def apply(config: str | Path | dict[str, Any], model: Any, optimizer: Any = None
     device = torch.device(device) if device is not None else _device_of(torch, model)
     cuda = device.type == "cuda"
     todo = [INSTRUCTIONS[k].format(v=v) for k, v in knobs.items() if k in INSTRUCTIONS]
-    todo += [f"workload option {k}={v}: set it in your own code" for k, v in knobs.items() if k not in GENERIC_KNOBS]
+    own = [k for k in knobs if k not in GENERIC_KNOBS]
+    todo += [f"workload option {k}={knobs[k]}: set it in your own code" for k in own]
+    if own:  # a typo of a knob would otherwise pass silently as a "workload option"
+        import warnings
+
+        warnings.warn(f"gpufly.apply: {', '.join(own)} {'is' if len(own) == 1 else 'are'} not among the knobs it "
+                      f"applies ({', '.join(sorted(GENERIC_KNOBS))}); left in applied.todo as workload options",
+                      UserWarning, stacklevel=2)
     if knobs.get("tf32"):
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     if knobs.get("cudnn_benchmark"):

@@ -9,12 +9,18 @@ Search: the baseline; then each knob alone from the baseline; the ones that help
 are combined greedily, fastest first, each kept only if the combination measures faster. Every trial
 trains on the same samples in the same order (a larger batch takes fewer steps), then measures its
 loss on the same fixed probe batches; a trial whose probe loss drifts from the baseline's beyond
-the tolerance is unsafe and never chosen.
+the tolerance is unsafe and never chosen, and so is one whose evaluation metric (when the workload
+has an ``evaluate`` function) moves the bad way by more than ``METRIC_TOLERANCE``.
+
+The results file starts with a header line that records the run's identity (workload, task, steps,
+device, torch version); ``--resume`` refuses a file whose identity differs, since its baseline
+would not be this run's.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -25,10 +31,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpufly.tune.worker import WEIGHT_ONLY
+from gpufly.errors import GpuflyError
+from gpufly.tune.worker import WEIGHT_ONLY, WEIGHT_ONLY_ARGS
 
 DRIFT_TOLERANCE = 0.02
 """Largest relative gap between a trial's probe loss and the baseline's, after the same training samples."""
+METRIC_TOLERANCE = 0.01
+"""Largest relative move of the evaluation metric the bad way (down for an accuracy, up for a loss)."""
 MIN_GAIN = 1.03
 """A knob must be at least this much faster than the baseline to enter the combination."""
 
@@ -51,6 +60,7 @@ class TrialResult:
     status: str
     """ok, unsafe, oom, failed or timeout."""
     throughput: float | None = None
+    """The median over the measured steps of each step's rate."""
     unit: str = "samples"
     peak_memory_bytes: int | None = None
     data_wait_share: float | None = None
@@ -66,6 +76,15 @@ class TrialResult:
     """The trial's global batch size, as the worker ran it."""
     device_memory_bytes: int | None = None
     """The GPU's total memory (None on a CPU): with the peak, what tells how large a batch fits."""
+    mean_throughput: float | None = None
+    """Units over the summed time of the measured steps: what the loop gave, outlier steps included."""
+    eval_metric: float | None = None
+    """The workload's ``evaluate(model)`` after training; None when it has none."""
+    higher_is_better: bool = True
+    metric_drop: float | None = None
+    """Relative move of the metric the bad way from the baseline's (positive: worse)."""
+    world_size: int | None = None
+    """How many processes the trial ran on, as the worker saw it (2 for ddp=2)."""
 
     @property
     def usable(self) -> bool:
@@ -116,7 +135,10 @@ def code_for(knobs: dict[str, Any]) -> list[str]:
             value = "default"
         line = template.format(v=value, dtype=dtype)
         if name == "quantize" and value in WEIGHT_ONLY:
-            line = f"torchao.quantization.quantize_(model, torchao.quantization.{WEIGHT_ONLY[value]}())"
+            args = ", ".join(f"{k}={v!r}" for k, v in WEIGHT_ONLY_ARGS.get(value, {}).items())
+            line = f"torchao.quantization.quantize_(model, torchao.quantization.{WEIGHT_ONLY[value]}({args}))"
+            if value == "int4_weight_only":
+                line = "model = model.to(torch.bfloat16); " + line
         if name == "amp" and value == "fp16":
             line += "; scaler = torch.amp.GradScaler('cuda') for the backward and step"
         lines.append(line)
@@ -152,8 +174,9 @@ def default_knobs(workload: Any, cuda: bool, ddp: int, task: str = "train") -> d
         if _has_conv(workload):
             knobs["channels_last"] = [True]
         return knobs
-    if ddp > 1:
-        knobs["ddp"] = [ddp]
+    if ddp > 1:  # the hooks and bucket sizes are tried together with ddp=N (see NEEDS_DDP)
+        knobs |= {"ddp": [ddp], "ddp_hook": ["fp16", "powersgd", *(["bf16"] if cuda else [])],
+                  "bucket_mb": [5, 100]}
     knobs["optimizer_impl"] = ["foreach", "fused"]
     if cuda:
         knobs |= {"pin_memory": [True], "tf32": [True], "cudnn_benchmark": [True]}
@@ -165,9 +188,14 @@ def default_knobs(workload: Any, cuda: bool, ddp: int, task: str = "train") -> d
 
 
 
-def run_in_subprocess(workload: str, trial: Trial, timeout_s: float, steps: int = 30) -> TrialResult:
+NEEDS_DDP = ("ddp_hook", "bucket_mb")
+"""Knobs that only mean something under DDP: the search tries each together with the ``ddp`` knob."""
+
+
+def run_in_subprocess(workload: str, trial: Trial, timeout_s: float, steps: int = 30,
+                      device: str | None = None) -> TrialResult:
     """Run one trial in a fresh interpreter; whatever happens there comes back as a TrialResult."""
-    request = json.dumps({"workload": workload, "knobs": trial.knobs, "steps": steps})
+    request = json.dumps({"workload": workload, "knobs": trial.knobs, "steps": steps, "device": device})
     started = time.monotonic()
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "GPUFLY_TUNE_REQUEST": request}
     command = [sys.executable, "-m", "gpufly.tune.worker"]
@@ -190,7 +218,10 @@ def run_in_subprocess(workload: str, trial: Trial, timeout_s: float, steps: int 
                            peak_memory_bytes=data.get("peak_memory_bytes"),
                            data_wait_share=data.get("data_wait_share"), losses=data["losses"],
                            eval_loss=data["eval_loss"], seconds=seconds, batch_size=data.get("batch_size"),
-                           device_memory_bytes=data.get("device_memory_bytes"))
+                           device_memory_bytes=data.get("device_memory_bytes"),
+                           mean_throughput=data.get("mean_throughput"), eval_metric=data.get("eval_metric"),
+                           higher_is_better=bool(data.get("higher_is_better", True)),
+                           world_size=data.get("world_size"))
     status = "oom" if "out of memory" in done.stderr.lower() else "failed"
     return TrialResult(trial.name, trial.knobs, status, error=_error_line(done.stderr)[:300], seconds=seconds)
 
@@ -246,31 +277,128 @@ def loss_drift(mine: float | None, baseline: float | None) -> float | None:
     return abs(mine - baseline) / max(abs(baseline), 1e-8)
 
 
+def metric_drop(mine: float | None, baseline: float | None, higher_is_better: bool = True) -> float | None:
+    """Relative move of the evaluation metric the bad way (positive: worse); inf for a non-finite metric.
+
+    >>> round(metric_drop(0.88, 0.9), 4), metric_drop(0.5, 0.4, higher_is_better=False) > 0, metric_drop(None, 0.9)
+    (0.0222, True, None)
+    """
+    if mine is None or baseline is None:
+        return None
+    if not math.isfinite(mine):
+        return float("inf")
+    worse = baseline - mine if higher_is_better else mine - baseline
+    return worse / max(abs(baseline), 1e-8)
+
+
+def judge(result: TrialResult, baseline: TrialResult | None, tolerance: float = DRIFT_TOLERANCE,
+          metric_tolerance: float = METRIC_TOLERANCE) -> TrialResult:
+    """Set the speedup, drift, metric drop and verdict of a trial against the baseline (in place).
+
+    Unsafe when the probe loss drifts beyond ``tolerance`` or the metric drops beyond ``metric_tolerance``.
+    """
+    if baseline is None:
+        if result.usable:
+            result.speedup, result.loss_drift = 1.0, 0.0
+            result.metric_drop = None if result.eval_metric is None else 0.0
+        return result
+    if result.usable:
+        result.loss_drift = loss_drift(result.eval_loss, baseline.eval_loss)
+        result.metric_drop = metric_drop(result.eval_metric, baseline.eval_metric, baseline.higher_is_better)
+        if (result.loss_drift is not None and result.loss_drift > tolerance) or (
+                result.metric_drop is not None and result.metric_drop > metric_tolerance):
+            result.status = "unsafe"
+    if result.throughput and baseline.throughput:
+        result.speedup = result.throughput / baseline.throughput
+    return result
+
+
+HEADER = "gpufly_tune_run"
+"""The key of the results file's first line, which holds the run's identity instead of a trial."""
+
+
+def run_identity(workload: str, task: str, steps: int, device: str, torch_version: str,
+                 **extra: Any) -> dict[str, Any]:
+    """What makes two runs' trials comparable: the same workload, task, steps, device and torch."""
+    return {"workload": workload, "task": task, "steps": steps, "device": device, "torch": torch_version, **extra}
+
+
 class ResultsLog:
-    """Trial results as JSON lines, one appended (and flushed) per finished trial."""
+    """Trial results as JSON lines, one appended (and flushed) per finished trial, after a header line with
+    the run's identity. Read and write errors are one-line GpuflyErrors."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def done(self) -> dict[str, TrialResult]:
-        if not self.path.exists():
-            return {}
-        results = {}
-        for line in self.path.read_text().splitlines():
+    def _lines(self) -> list[str]:
+        try:
+            return self.path.read_text(encoding="utf-8").splitlines() if self.path.exists() else []
+        except (OSError, UnicodeDecodeError) as exc:
+            raise GpuflyError(f"cannot read the results file {self.path}: {getattr(exc, 'strerror', None) or exc}",
+                              "give --results a readable .jsonl file written by gpufly tune") from None
+
+    def identity(self) -> dict[str, Any] | None:
+        """The run identity in the header, or None for a file without one (written before gpufly recorded it)."""
+        for line in self._lines()[:1]:
             try:
                 data = json.loads(line)
+            except json.JSONDecodeError:
+                return None
+            if isinstance(data, dict) and isinstance(data.get(HEADER), dict):
+                return data[HEADER]
+        return None
+
+    def start(self, identity: dict[str, Any]) -> None:
+        """Before the first trial: write the header to a new file, or check that an existing file's run is this
+        one, so a resumed run never compares against another workload's (or device's) baseline."""
+        lines = self._lines()
+        if not lines:
+            self._write({HEADER: identity})
+            return
+        recorded = self.identity()
+        if recorded is None:
+            raise GpuflyError(f"{self.path} does not record which run wrote it (an older gpufly wrote it)",
+                              "start afresh with --results NEW.jsonl; gpufly report and gpufly.apply still read it")
+        differences = [f"{key} {recorded.get(key)!r} there, {identity.get(key)!r} here"
+                       for key in sorted(set(recorded) | set(identity)) if recorded.get(key) != identity.get(key)]
+        if differences:
+            raise GpuflyError(f"{self.path} holds another run's trials: {'; '.join(differences)}",
+                              "resume with the same workload, --task, --steps and device, or use --results NEW.jsonl")
+
+    def done(self) -> dict[str, TrialResult]:
+        """The finished trials by configuration. A last line cut short by a kill is dropped (that trial runs
+        again); any other line that is not a trial is an error naming it, not a silent skip."""
+        lines = self._lines()
+        results = {}
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+                if isinstance(data, dict) and HEADER in data:
+                    continue
                 result = TrialResult(**data)
-            except (json.JSONDecodeError, TypeError):
-                continue  # a line cut by a kill: that trial runs again
+            except (json.JSONDecodeError, TypeError) as exc:
+                if number == len(lines):
+                    continue
+                raise GpuflyError(f"{self.path} line {number} is not a tune trial: {str(exc)[:80]}",
+                                  "delete that line, or start afresh with --results NEW.jsonl") from None
             results[Trial(result.name, result.knobs).key] = result
         return results
 
     def append(self, result: TrialResult) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as out:
-            out.write(json.dumps(asdict(result)) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
+        self._write(asdict(result))
+
+    def _write(self, record: dict[str, Any]) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as out:
+                out.write(json.dumps(record) + "\n")
+                out.flush()
+                os.fsync(out.fileno())
+        except OSError as exc:
+            raise GpuflyError(f"cannot write the results file {self.path}: {exc.strerror or exc}",
+                              "give --results a path in a folder you can write") from None
 
 
 @dataclass
@@ -288,18 +416,23 @@ class Search:
     on_result: Callable[[TrialResult], None] | None = None
     fixed: dict[str, Any] = field(default_factory=dict)
     """Knobs every trial carries, the baseline included (``{"task": "infer"}`` for serving)."""
+    identity: dict[str, Any] | None = None
+    """The run's identity (``run_identity``): written as the results file's header, checked on resume."""
+    metric_tolerance: float = METRIC_TOLERANCE
     results: list[TrialResult] = field(default_factory=list)
 
     def run(self) -> TrialResult | None:
         """Baseline, single knobs, then the greedy combination; returns the best safe result."""
         started = time.monotonic()
+        if self.identity is not None:
+            self.log.start(self.identity)
         self._done = self.log.done()
         baseline = self._trial(Trial("baseline", {}), None)
         if not baseline.usable:
             return None
         self._add_fitting_batch(baseline)
-        singles = [self._trial(Trial(f"{name}={value}", {name: value}), baseline)
-                   for name, value in self._single_knobs() if not self._out_of_time(started)]
+        singles = [self._trial(Trial(name, knobs), baseline)
+                   for name, knobs in self._single_knobs() if not self._out_of_time(started)]
         helpful = sorted((r for r in singles if r.usable and (r.speedup or 0) >= MIN_GAIN),
                          key=lambda r: -(r.speedup or 0))
         if not helpful:
@@ -308,9 +441,11 @@ class Search:
         for candidate in helpful[1:]:
             if self._out_of_time(started):
                 break
-            if set(candidate.knobs) & set(best.knobs) - set(self.fixed):
+            if any(best.knobs[k] != v for k, v in candidate.knobs.items() if k in best.knobs):
                 continue  # another value of a knob already chosen (fused after foreach): not a combination
             knobs = {k: v for k, v in {**best.knobs, **candidate.knobs}.items() if k not in self.fixed}
+            if knobs == {k: v for k, v in best.knobs.items() if k not in self.fixed}:
+                continue  # nothing new (ddp=2 after ddp=2 + ddp_hook=fp16)
             combined = self._trial(Trial(" + ".join(f"{k}={v}" for k, v in knobs.items()), knobs), baseline)
             if combined.usable and (combined.throughput or 0) > (best.throughput or 0):
                 best = combined
@@ -323,10 +458,14 @@ class Search:
         if fit is not None and tried is not None and fit > max(tried):
             self.knobs = {**self.knobs, "batch_size": [*tried, fit]}
 
-    def _single_knobs(self) -> Iterable[tuple[str, Any]]:
+    def _single_knobs(self) -> Iterable[tuple[str, dict[str, Any]]]:
+        """Each knob value alone; a DDP-only knob (a hook, a bucket size) together with the ddp knob."""
         for name, values in self.knobs.items():
             for value in values:
-                yield name, value
+                knobs = {name: value}
+                if name in NEEDS_DDP and self.knobs.get("ddp"):
+                    knobs = {"ddp": max(self.knobs["ddp"]), name: value}
+                yield " + ".join(f"{k}={v}" for k, v in knobs.items()), knobs
 
     def _out_of_time(self, started: float) -> bool:
         return self.budget_s is not None and time.monotonic() - started > self.budget_s
@@ -335,15 +474,8 @@ class Search:
         trial = Trial(trial.name, {**self.fixed, **trial.knobs})
         result = self._done.get(trial.key)
         if result is None:
-            result = self.runner(self.workload, trial, self.timeout_s)
-            if baseline is not None and result.usable:
-                result.loss_drift = loss_drift(result.eval_loss, baseline.eval_loss)
-                if result.loss_drift is not None and result.loss_drift > self.tolerance:
-                    result.status = "unsafe"
-            if baseline is not None and result.throughput and baseline.throughput:
-                result.speedup = result.throughput / baseline.throughput
-            elif baseline is None and result.usable:
-                result.speedup, result.loss_drift = 1.0, 0.0
+            result = judge(self.runner(self.workload, trial, self.timeout_s), baseline, self.tolerance,
+                           self.metric_tolerance)
             self.log.append(result)
         self.results.append(result)
         if self.on_result is not None:

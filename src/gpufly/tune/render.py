@@ -68,7 +68,7 @@ table {{ border-collapse: collapse; }} td, th {{ padding: 4px 10px; border-botto
 td:nth-child(2), td:nth-child(3), td:nth-child(4) {{ text-align: right; }}
 </style></head><body>
 <h1>gpufly tune {html.escape(workload)}</h1>
-<h2>Speedup over the baseline (green: safe; amber: the loss drifted)</h2>
+<h2>Speedup over the baseline (green: safe; amber: unsafe, the loss drifted or the metric dropped)</h2>
 {speedup_chart(rows, None if best is None else best["configuration"])}
 {verdict}
 <h2>Trials</h2>

@@ -1,8 +1,11 @@
 """One tuner trial, in its own process: build the workload, apply the knobs, train, measure, print JSON.
 
-Reads ``{"workload": ..., "knobs": {...}, "steps": N}`` on stdin and prints one JSON line:
-throughput (units per second over the steps after warm-up, device synchronized), the loss per
-step, the probe loss after training, peak memory and the share of time spent waiting for data.
+Reads ``{"workload": ..., "knobs": {...}, "steps": N, "device": "cpu" | "cuda" | null}`` on stdin and
+prints one JSON line: throughput (the median over the measured steps of each step's units per second,
+warm-up steps excluded, the device synchronized before each clock reading, so one slow step, a
+garbage collection or a neighbour's burst, does not move it; the mean over the whole loop is kept as
+``mean_throughput``), the loss per step, the probe loss after training, the workload's evaluation
+metric when it has one, peak memory and the share of time spent waiting for data.
 Every trial trains on the same samples in the same order: ``steps`` baseline-sized batches' worth.
 Anything that goes wrong ends the process with the error on stderr, which the engine records.
 """
@@ -58,9 +61,47 @@ def _to(batch: Any, device: Any, non_blocking: bool) -> Any:
     return batch
 
 
-def run(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any]:
+def step_rates(seconds: list[float], items: list[int]) -> tuple[float | None, float | None]:
+    """(median of the per-step rates, items over the summed time): the median is the throughput, since
+    it ignores an outlier step; the mean says what the whole loop gave.
+
+    >>> [round(r, 1) for r in step_rates([0.01, 0.01, 0.5, 0.01], [10, 10, 10, 10])]
+    [1000.0, 75.5]
+    """
+    import statistics
+
+    rates = [n / t for n, t in zip(items, seconds, strict=True) if t > 0]
+    total = sum(seconds)
+    if not rates or total <= 0:
+        return None, None
+    return statistics.median(rates), sum(items) / total
+
+
+def _device(torch: Any, device: str | None, rank: int = 0) -> Any:
+    """The trial's device: the one asked for, else CUDA when there is one (each DDP rank on its own GPU)."""
+    if device not in (None, "cpu", "cuda"):
+        raise ValueError(f"unknown device {device!r}: cpu or cuda")
+    cuda = torch.cuda.is_available() if device is None else device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise ValueError("device cuda was asked for, but torch sees no CUDA GPU")
+    return torch.device(f"cuda:{rank % torch.cuda.device_count()}" if cuda else "cpu")
+
+
+def _evaluate(torch: Any, workload: Any, model: Any) -> float | None:
+    """The workload's own metric on the trained model (eval mode, no gradients); None when it has none."""
+    if workload.evaluate is None:
+        return None
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        metric = float(workload.evaluate(model))
+    model.train(was_training)
+    return metric
+
+
+def run(name: str, knobs: dict[str, Any], steps: int, device: str | None = None) -> dict[str, Any]:
     if knobs.get("task") == "infer":
-        return run_inference(name, knobs, steps)
+        return run_inference(name, knobs, steps, device)
     import torch
     from torch.utils.data import DataLoader
 
@@ -70,7 +111,7 @@ def run(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any]:
     probe_workload = build(name, options)
     base_batch = probe_workload.batch_size
     batch_size = int(generic.get("batch_size", base_batch))
-    world, rank = _distributed(torch)
+    world, rank = _distributed(torch, device)
     if batch_size % world:
         raise ValueError(f"batch size {batch_size} does not split over {world} processes")
     per_rank = batch_size // world
@@ -78,12 +119,12 @@ def run(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any]:
     if probe_workload.batch_sampler_dataset:
         torch.manual_seed(0)  # the same initial weights as every other trial
         workload = build(name, {**options, "batch_size": per_rank})
-    cuda = torch.cuda.is_available()
-    device = torch.device(f"cuda:{rank % torch.cuda.device_count()}" if cuda else "cpu")
+    where = _device(torch, device, rank)
+    cuda = where.type == "cuda"
     if generic.get("tf32"):
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     torch.backends.cudnn.benchmark = bool(generic.get("cudnn_benchmark"))
-    model = workload.model.to(device)
+    model = workload.model.to(where)
     if generic.get("channels_last"):
         model = model.to(memory_format=torch.channels_last)
     implementation = generic.get("optimizer_impl")
@@ -110,20 +151,16 @@ def run(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any]:
     trial_steps = max(4, steps * base_batch // batch_size)
     warmup = min(3, trial_steps // 4)
     losses: list[float] = []
-    items = 0
+    seconds: list[float] = []
+    counts: list[int] = []
     waited = 0.0
-    started = None
     fetch_started = time.perf_counter()
     for step, batch in enumerate(loader):
         if step >= trial_steps:
             break
-        if step == warmup:
-            if cuda:
-                torch.cuda.synchronize()
-            started, items, waited = time.perf_counter(), 0, 0.0
-        waited += time.perf_counter() - fetch_started
-        batch = _to(batch, device, non_blocking=loader_args["pin_memory"])
-        with _autocast(torch, device, amp):
+        fetched = time.perf_counter()
+        batch = _to(batch, where, non_blocking=loader_args["pin_memory"])
+        with _autocast(torch, where, amp):
             loss = workload.loss(runner, batch)
         for opt in opts:
             opt.zero_grad(set_to_none=True)
@@ -137,20 +174,26 @@ def run(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any]:
             for opt in opts:
                 opt.step()
         losses.append(_mean_over_ranks(torch, loss.detach(), world))
-        items += (workload.items(batch) if workload.items else _count(batch)) * world
-        fetch_started = time.perf_counter()
-    if cuda:
-        torch.cuda.synchronize()
-    elapsed = time.perf_counter() - (started or time.perf_counter())
+        if cuda:
+            torch.cuda.synchronize(where)
+        ended = time.perf_counter()
+        if step >= warmup:
+            seconds.append(ended - fetch_started)
+            counts.append((workload.items(batch) if workload.items else _count(batch)) * world)
+            waited += fetched - fetch_started
+        fetch_started = ended
+    throughput, mean = step_rates(seconds, counts)
     probe_model = runner.module if world > 1 else runner
-    return {"throughput": items / elapsed if elapsed > 0 else None, "unit": workload.unit, "losses": losses,
-            "eval_loss": _probe_loss(probe_workload, probe_model, device, base_batch), "world_size": world,
-            "data_wait_share": waited / elapsed if elapsed > 0 else None, "steps": len(losses),
+    return {"throughput": throughput, "mean_throughput": mean, "unit": workload.unit, "losses": losses,
+            "eval_loss": _probe_loss(probe_workload, probe_model, where, base_batch), "world_size": world,
+            "eval_metric": _evaluate(torch, probe_workload, probe_model),
+            "higher_is_better": probe_workload.higher_is_better,
+            "data_wait_share": waited / sum(seconds) if sum(seconds) > 0 else None, "steps": len(losses),
             "peak_memory_bytes": _peak_memory(torch, cuda), "batch_size": batch_size,
-            "device_memory_bytes": torch.cuda.get_device_properties(device).total_memory if cuda else None}
+            "device_memory_bytes": torch.cuda.get_device_properties(where).total_memory if cuda else None}
 
 
-def run_inference(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any]:
+def run_inference(name: str, knobs: dict[str, Any], steps: int, device: str | None = None) -> dict[str, Any]:
     """Serving: train ``steps`` plain fp32 steps (the same in every trial), then apply the inference knobs
     (dynamic int8 quantization, magnitude pruning, autocast, batch size, channels_last) and time forward passes.
     The probe loss after the knobs is what they cost in accuracy."""
@@ -163,15 +206,15 @@ def run_inference(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any
     workload = build(name, options)
     if workload.batch_sampler_dataset:
         raise ValueError("inference trials need a per-sample dataset (batch size is the trial's knob)")
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda" if cuda else "cpu")
-    model = workload.model.to(device)
+    where = _device(torch, device)
+    cuda = where.type == "cuda"
+    model = workload.model.to(where)
     opts = _optimizers(torch, workload, model)
     train = DataLoader(workload.dataset, batch_size=workload.batch_size, collate_fn=workload.collate, drop_last=True)
     for step, batch in enumerate(train):
         if step >= steps:
             break
-        loss = workload.loss(model, _to(batch, device, False))
+        loss = workload.loss(model, _to(batch, where, False))
         for opt in opts:
             opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -183,25 +226,28 @@ def run_inference(name: str, knobs: dict[str, Any], steps: int) -> dict[str, Any
     serve = DataLoader(workload.dataset, batch_size=batch_size, collate_fn=workload.collate, drop_last=True,
                        num_workers=int(generic.get("num_workers", 0)))
     batches = max(4, steps * workload.batch_size // batch_size)
-    items, started = 0, None
-    with torch.inference_mode(), _autocast(torch, device, amp):
+    seconds: list[float] = []
+    counts: list[int] = []
+    with torch.inference_mode(), _autocast(torch, where, amp):
+        fetch_started = time.perf_counter()
         for step, batch in enumerate(serve):
             if step >= batches:
                 break
-            if step == 1:
-                if cuda:
-                    torch.cuda.synchronize()
-                started, items = time.perf_counter(), 0
-            batch = _to(batch, device, False)
+            batch = _to(batch, where, False)
             workload.loss(model, batch)
-            items += workload.items(batch) if workload.items else _count(batch)
-        if cuda:
-            torch.cuda.synchronize()
-        elapsed = time.perf_counter() - (started or time.perf_counter())
-        probe = _probe_loss(workload, model, device, workload.batch_size)
-    return {"throughput": items / elapsed if elapsed > 0 else None, "unit": workload.unit, "losses": [],
-            "eval_loss": probe, "steps": batches, "data_wait_share": None,
-            "peak_memory_bytes": _peak_memory(torch, cuda)}
+            if cuda:
+                torch.cuda.synchronize(where)
+            ended = time.perf_counter()
+            if step >= 1:  # the first forward pass warms up (and compiles)
+                seconds.append(ended - fetch_started)
+                counts.append(workload.items(batch) if workload.items else _count(batch))
+            fetch_started = ended
+        probe = _probe_loss(workload, model, where, workload.batch_size)
+        metric = None if workload.evaluate is None else float(workload.evaluate(model))
+    throughput, mean = step_rates(seconds, counts)
+    return {"throughput": throughput, "mean_throughput": mean, "unit": workload.unit, "losses": [],
+            "eval_loss": probe, "eval_metric": metric, "higher_is_better": workload.higher_is_better,
+            "steps": batches, "data_wait_share": None, "peak_memory_bytes": _peak_memory(torch, cuda)}
 
 
 def loader_settings(knobs: dict[str, Any], cuda: bool, workers: int = 0, pin_memory: bool = False) -> dict[str, Any]:
@@ -307,15 +353,28 @@ WEIGHT_ONLY = {"int8_weight_only": "Int8WeightOnlyConfig", "int4_weight_only": "
 the matmul kernel, which pays off where decoding is bound by reading weights (GPUs, small batches)."""
 
 
+WEIGHT_ONLY_ARGS: dict[str, dict[str, Any]] = {
+    "int4_weight_only": {"group_size": 128, "int4_packing_format": "tile_packed_to_4d"}}
+"""Since torchao 0.15, ``Int4WeightOnlyConfig()`` defaults to the ``plain`` packing, whose kernel comes from
+fbgemm-gpu-genai; ``tile_packed_to_4d`` is the tinygemm layout that torchao's own CUDA kernel runs
+(``Int4PackingFormat`` is a str enum, so the string is accepted in 0.15 to 0.18). Linear layers whose input
+width is not a multiple of ``group_size`` are left in full precision by torchao."""
+
+
 def _weight_only(model: Any, quantize: str, cuda: bool) -> Any:
-    """torchao's ``quantize_`` with the weight-only config; int4 and fp8 have GPU kernels only."""
+    """torchao's ``quantize_`` with the weight-only config; int4 and fp8 have GPU kernels only. The int4
+    kernel takes bf16 activations and weights, so the model is cast to bf16 first."""
     if quantize != "int8_weight_only" and not cuda:
         raise ValueError(f"quantize={quantize} has torchao kernels for CUDA GPUs only")
     try:
         import torchao.quantization as ao
     except ImportError:
         raise ValueError(f"quantize={quantize} needs torchao: pip install torchao") from None
-    ao.quantize_(model, getattr(ao, WEIGHT_ONLY[quantize])())
+    if quantize == "int4_weight_only":
+        import torch
+
+        model = model.to(torch.bfloat16)
+    ao.quantize_(model, getattr(ao, WEIGHT_ONLY[quantize])(**WEIGHT_ONLY_ARGS.get(quantize, {})))
     return model
 
 
@@ -328,13 +387,14 @@ def _quantizable(torch: Any, model: Any) -> set[str]:
             and not any(name.startswith(f"{parent}.") for parent in inside)}
 
 
-def _distributed(torch: Any) -> tuple[int, int]:
+def _distributed(torch: Any, device: str | None = None) -> tuple[int, int]:
     """(world size, rank); under torchrun, joins the process group (gloo on CPU, NCCL on GPUs)."""
     import os
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and not torch.distributed.is_initialized():
-        torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        cuda = torch.cuda.is_available() if device is None else device == "cuda"
+        torch.distributed.init_process_group("nccl" if cuda else "gloo")
     return world, int(os.environ.get("RANK", "0"))
 
 
@@ -393,7 +453,7 @@ def main() -> None:
     import os
 
     request = json.loads(os.environ.get("GPUFLY_TUNE_REQUEST") or sys.stdin.read())
-    result = run(request["workload"], request.get("knobs", {}), int(request.get("steps", 30)))
+    result = run(request["workload"], request.get("knobs", {}), int(request.get("steps", 30)), request.get("device"))
     if int(os.environ.get("RANK", "0")) == 0:
         print(json.dumps(result), flush=True)
     import torch

@@ -41,8 +41,11 @@ class Workload:
     a scalar loss (training) or the output (inference). ``batch_size`` is the baseline batch size;
     ``collate`` is the DataLoader's collate_fn (None: torch's default). ``items(batch)`` counts the
     units of throughput in a batch (samples, or tokens for a language model); None counts samples by
-    the first dimension of the batch's first tensor. ``evaluate(model)`` returns a metric where
-    higher is better; the tuner rejects a configuration that lowers it beyond tolerance.
+    the first dimension of the batch's first tensor. ``evaluate(model)`` returns a metric of the
+    trained model, called after training (in eval mode, without gradients), such as accuracy or a
+    held-out loss; ``higher_is_better`` says which way is good (True: accuracy; False: a loss). The
+    tuner marks a configuration unsafe when the metric moves the bad way by more than its tolerance
+    (1% of the baseline's value), whatever its probe loss says.
     """
 
     name: str
@@ -54,6 +57,8 @@ class Workload:
     optimizer: Callable[[torch.nn.Module], torch.optim.Optimizer | list[torch.optim.Optimizer]] | None = None
     """Builds the optimizer(s) for the model; None: Adam(lr=1e-3) over every parameter."""
     evaluate: Callable[[torch.nn.Module], float] | None = None
+    higher_is_better: bool = True
+    """The direction of ``evaluate``'s metric: True for an accuracy, False for a loss or an error rate."""
     task: Literal["train", "infer"] = "train"
     unit: str = "samples"
     items: Callable[[Any], int] | None = None

@@ -49,6 +49,11 @@ class Batch:
     def __len__(self) -> int:
         return int(self.dense.shape[0])
 
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
+        """The same batch on ``device`` (the GPU run must measure the GPU, not the host)."""
+        return Batch(*(t.to(device, non_blocking=non_blocking) for t in (self.dense, self.ids, self.offsets,
+                                                                         self.labels)))
+
 
 class ClickLog:
     """The generated log, held as arrays (dense, ids padded with -1, lengths, labels)."""
@@ -71,11 +76,13 @@ class ClickLog:
 class PerSampleDataset(torch.utils.data.Dataset):
     """One sample per call, converted in Python: the naive pipeline."""
 
-    def __init__(self, log: ClickLog) -> None:
+    def __init__(self, log: ClickLog, rows: int | None = None) -> None:
         self.log = log
+        self.rows = log.shape.rows if rows is None else rows
+        """Only the first ``rows`` rows: the rest of the log is held out for evaluation."""
 
     def __len__(self) -> int:
-        return self.log.shape.rows
+        return self.rows
 
     def __getitem__(self, i: int) -> tuple[list[float], list[list[int]], float]:
         log = self.log
@@ -100,12 +107,13 @@ def collate_per_sample(samples: list[tuple[list[float], list[list[int]], float]]
 class BatchedDataset(torch.utils.data.Dataset):
     """Item ``k`` is the whole batch of rows [k*batch, (k+1)*batch): slices and one mask, no Python per sample."""
 
-    def __init__(self, log: ClickLog, batch_size: int) -> None:
+    def __init__(self, log: ClickLog, batch_size: int, rows: int | None = None) -> None:
         self.log = log
         self.batch_size = batch_size
+        self.rows = log.shape.rows if rows is None else rows
 
     def __len__(self) -> int:
-        return self.log.shape.rows // self.batch_size
+        return self.rows // self.batch_size
 
     def __getitem__(self, k: int) -> Batch:
         return batch_of(self.log, np.arange(k * self.batch_size, (k + 1) * self.batch_size))
@@ -146,14 +154,16 @@ class DLRM(nn.Module):
                                          for _ in range(shape.sparse)])
         features = shape.sparse + 1
         self.top = _mlp([shape.dim + features * (features - 1) // 2, 64, 1])
-        self._pairs = torch.triu_indices(features, features, offset=1)
+        # A buffer, so it moves with the model to the GPU; not saved, since it follows from the shape.
+        self.register_buffer("_pairs", torch.triu_indices(features, features, offset=1), persistent=False)
 
     def embeddings(self, batch: Batch) -> torch.Tensor:
         """(batch, sparse, dim)."""
         n, s = len(batch), self.shape.sparse
         if self.fused:
-            counts = torch.diff(batch.offsets, append=torch.tensor([batch.ids.numel()]))
-            table = torch.arange(s).repeat_interleave(n)
+            device = batch.ids.device
+            counts = torch.diff(batch.offsets, append=torch.tensor([batch.ids.numel()], device=device))
+            table = torch.arange(s, device=device).repeat_interleave(n)
             shifted = batch.ids + (table * self.shape.table_rows).repeat_interleave(counts)
             return self.tables[0](shifted, batch.offsets).view(s, n, -1).transpose(0, 1)
         per_feature = batch.offsets.view(s, n)
@@ -201,25 +211,38 @@ def describe() -> dict[str, Any]:
             "embedding_parameters": shape.sparse * shape.table_rows * shape.dim}
 
 
+HELD_OUT_ROWS = 8192
+"""Rows after the training rows, never trained on: the held-out log loss that ``evaluate`` reports."""
+
+
 def workload(options: dict[str, Any]) -> Any:
-    """The tuner's view: options ``batched``, ``sparse``, ``fused`` (each off in the naive baseline)."""
+    """The tuner's view: options ``batched``, ``sparse``, ``fused`` (each off in the naive baseline), and
+    ``lr`` (1e-3; the case study's bigger-batch stage raises it). ``evaluate`` is the held-out log loss
+    (lower is better) on rows no trial trains on."""
     from gpufly.tune.workload import Workload, WorkloadOption
 
-    shape = RecsysShape(rows=options.get("rows", 65_536))
+    train_rows = int(options.get("rows", 65_536))
+    shape = RecsysShape(rows=train_rows + HELD_OUT_ROWS)
     log = ClickLog(shape)
     batched = bool(options.get("batched"))
     sparse = bool(options.get("sparse"))
     batch_size = int(options.get("batch_size", 256))
+    lr = float(options.get("lr", 1e-3))
     model = DLRM(shape, fused=bool(options.get("fused")), sparse=sparse)
+    held_out = batch_of(log, np.arange(train_rows, shape.rows))
 
     def loss(model: nn.Module, batch: Batch) -> torch.Tensor:
         return nn.functional.binary_cross_entropy_with_logits(model(batch), batch.labels)
 
+    def evaluate(model: nn.Module) -> float:
+        return float(loss(model, held_out.to(next(model.parameters()).device)))
+
     return Workload(
         name="recsys", model=model,
-        dataset=BatchedDataset(log, batch_size) if batched else PerSampleDataset(log),
+        dataset=BatchedDataset(log, batch_size, train_rows) if batched else PerSampleDataset(log, train_rows),
         loss=loss, batch_size=256, collate=None if batched else collate_per_sample,
-        optimizer=lambda m: optimizers(m, lr=1e-3, sparse=sparse), batch_sampler_dataset=batched,
+        optimizer=lambda m: optimizers(m, lr=lr, sparse=sparse), batch_sampler_dataset=batched,
+        evaluate=evaluate, higher_is_better=False,
         options=(
             WorkloadOption("batched", [False, True], "data", "one __getitem__ returns a whole batch by slicing"),
             WorkloadOption("sparse", [False, True], "compute", "sparse embedding gradients with SparseAdam",
