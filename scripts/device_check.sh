@@ -57,7 +57,7 @@ cp "$WORK/bench.json" "$OUT/bench.json" 2>/dev/null
 # The gpu-marked tests, named by file: pytest imports every module it collects before -m deselects, and modules
 # elsewhere import packages this image may lack. The bench tests read the run above instead of a second bench.
 GPU_TESTS=$(grep -rl --include='test_*.py' -E 'mark\.gpu' tests | sort)
-step pytest_gpu 150 env GPUFLY_BENCH_RUN="$WORK/bench.json" "$PY" -m pytest -m gpu -q -rs -p no:cacheprovider $GPU_TESTS
+step pytest_gpu 200 env GPUFLY_BENCH_RUN="$WORK/bench.json" "$PY" -m pytest -m gpu -q -rs -p no:cacheprovider $GPU_TESTS
 step doctor_deep 45 "${GF[@]}" doctor --deep --json
 step doctor 20 "${GF[@]}" doctor --save "$WORK/facts.json"
 step report 20 "${GF[@]}" report --json
@@ -68,8 +68,9 @@ cp "$WORK/nvml_recorded.json" "$OUT/nvml_recorded.json" 2>/dev/null
 step top_once 15 "${GF[@]}" top --once --json
 step watch 15 "${GF[@]}" watch --count 5 --interval 1 --output "$WORK/watch.jsonl"
 step monitor_overhead 30 "$PY" benchmarks/monitor_overhead.py --samples 200
-# The tuner's recommender case study, then the profiler's overhead on the GPU (a short run).
-step tune_speedups 75 "$PY" benchmarks/tune_speedups.py
+# The tuner's recommender case study on the GPU (the stages only; the searches follow below), then the
+# profiler's overhead on the GPU (a short run).
+step tune_speedups 150 "$PY" benchmarks/tune_speedups.py --device cuda --steps 40 --skip-search
 step profile_overhead 30 "$PY" benchmarks/profile_overhead.py --device cuda --rounds 5
 # Short tuner searches: the CNN, and inference on the transformer.
 step tune_cnn 40 "${GF[@]}" tune cnn --budget-minutes 0.4 --results "$WORK/tune_cnn.jsonl" --html "$WORK/tune_cnn.html"

@@ -12,9 +12,10 @@ import gpufly.monitor.backends.live
 import gpufly.monitor.format
 import gpufly.monitor.views
 import gpufly.tune.engine
+import gpufly.tune.worker
 
 MODULES = [gpufly.errors, gpufly.catalog.lookup, gpufly.monitor.format, gpufly.monitor.views, gpufly.tune.engine,
-           gpufly.monitor.backends.live]
+           gpufly.monitor.backends.live, gpufly.tune.worker]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)

@@ -388,14 +388,25 @@ def _quantizable(torch: Any, model: Any) -> set[str]:
 
 
 def _distributed(torch: Any, device: str | None = None) -> tuple[int, int]:
-    """(world size, rank); under torchrun, joins the process group (gloo on CPU, NCCL on GPUs)."""
+    """(world size, rank); under torchrun, joins the process group: NCCL with a GPU per process, else gloo (NCCL
+    refuses two ranks on one GPU, so processes sharing a GPU talk through gloo)."""
     import os
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and not torch.distributed.is_initialized():
         cuda = torch.cuda.is_available() if device is None else device == "cuda"
-        torch.distributed.init_process_group("nccl" if cuda else "gloo")
+        gpus = torch.cuda.device_count() if cuda else 0
+        torch.distributed.init_process_group(process_group_backend(cuda, world, gpus))
     return world, int(os.environ.get("RANK", "0"))
+
+
+def process_group_backend(cuda: bool, world: int, gpus: int) -> str:
+    """NCCL when every process has its own GPU, else gloo.
+
+    >>> process_group_backend(True, 2, 8), process_group_backend(True, 2, 1), process_group_backend(False, 2, 0)
+    ('nccl', 'gloo', 'gloo')
+    """
+    return "nccl" if cuda and gpus >= world else "gloo"
 
 
 def _ddp(torch: Any, model: Any, generic: dict[str, Any], cuda: bool) -> Any:
