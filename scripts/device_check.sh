@@ -70,7 +70,7 @@ step watch 15 "${GF[@]}" watch --count 5 --interval 1 --output "$WORK/watch.json
 step monitor_overhead 30 "$PY" benchmarks/monitor_overhead.py --samples 200
 # The tuner's recommender case study on the GPU (the stages only; the searches follow below), then the
 # profiler's overhead on the GPU (a short run).
-step tune_speedups 150 "$PY" benchmarks/tune_speedups.py --device cuda --steps 40 --skip-search
+step tune_speedups 150 "$PY" benchmarks/tune_speedups.py --device cuda --steps 80 --skip-search
 step profile_overhead 30 "$PY" benchmarks/profile_overhead.py --device cuda --rounds 5
 # Short tuner searches: the CNN, and inference on the transformer.
 step tune_cnn 40 "${GF[@]}" tune cnn --budget-minutes 0.4 --results "$WORK/tune_cnn.jsonl" --html "$WORK/tune_cnn.html"

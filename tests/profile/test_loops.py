@@ -95,9 +95,21 @@ def test_evaluation_batches_after_training_are_not_steps_and_the_training_loader
     assert data.sync_calls == {"int(tensor)": 60}, "the validation's own int() calls are still counted"
 
 
-def test_a_leaking_loop_is_caught() -> None:
-    prof = loops.leaking()
-    finding = next(f for f in diagnose(prof.data) if f.rule == "memory_creep")
+def test_a_leaking_loop_is_caught(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """In a fresh process: the leak shows as RSS growth, which memory that earlier tests freed (and the allocator
+    kept) would absorb in this one."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from gpufly.profile.records import load_profile
+
+    saved = tmp_path / "leak.json"
+    root = Path(__file__).resolve().parents[2]
+    code = f"from tests.profile import loops; loops.leaking().save({str(saved)!r})"
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    finding = next(f for f in diagnose(load_profile(saved)) if f.rule == "memory_creep")
     assert "MiB per step" in finding.seen and "loss.item()" in finding.change
 
 
