@@ -114,6 +114,15 @@ def test_sync_points_fire_from_one_per_step_and_name_the_calls() -> None:
     assert "sync_points" not in _rules(sparse)
 
 
+def test_bool_syncs_point_at_the_check_that_makes_them() -> None:
+    plain = next(f for f in diagnose(_run(syncs=2)) if f.rule == "sync_points")
+    assert "logging_nan_inf_filter" not in plain.change
+    trainer = _run(syncs=2)
+    trainer.sync_calls = {"bool(tensor)": 40}
+    finding = next(f for f in diagnose(trainer) if f.rule == "sync_points")
+    assert "logging_nan_inf_filter=False" in finding.change
+
+
 def test_low_utilization_only_when_nothing_else_explains_it() -> None:
     assert _rules(_run(util=30.0)) == ["low_utilization"]
     assert "low_utilization" not in _rules(_run(util=30.0, syncs=4))

@@ -105,6 +105,12 @@ def input_bound(data: ProfileData, t: Thresholds) -> Finding | None:
     )
 
 
+BOOL_SYNC_ADVICE = ("; bool(tensor) comes from `if tensor:` or `torch.isnan(loss)` checks, such as the Hugging Face "
+                    "Trainer's NaN/Inf loss filter (turn it off with TrainingArguments(logging_nan_inf_filter=False))")
+"""The Trainer checks every step's loss with `torch.isnan(loss) or torch.isinf(loss)`: two syncs no .item() advice
+reaches."""
+
+
 def sync_points(data: ProfileData, t: Thresholds) -> Finding | None:
     steps = data.measured
     if not steps:
@@ -122,7 +128,8 @@ def sync_points(data: ProfileData, t: Thresholds) -> Finding | None:
         "each one makes the CPU wait until the GPU has finished all queued work, so the CPU cannot queue the "
         "next kernels ahead" + ("" if on_gpu else "; on this CPU run they are cheap, on a GPU each one stalls"),
         "keep losses and metrics as tensors and call .item() every N steps (or accumulate with "
-        "loss.detach() and read once per log interval); drop print(tensor) and .cpu() from the step",
+        "loss.detach() and read once per log interval); drop print(tensor) and .cpu() from the step"
+        + (BOOL_SYNC_ADVICE if "bool(tensor)" in data.sync_calls else ""),
         None, 0.1 if not on_gpu else 0.3,
     )
 
