@@ -137,7 +137,8 @@ class BenchRun:
             os.chmod(temporary, 0o644)
             os.replace(temporary, path)
         except OSError as exc:
-            raise GpuflyError(f"cannot write {path}: {exc.strerror or exc}") from exc
+            raise GpuflyError(f"cannot write {path}: {exc.strerror or exc}",
+                              "save to a file in a folder you can write, e.g. --save bench.json") from exc
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "bench results") -> BenchRun:
