@@ -16,7 +16,11 @@ def read_json(path: Path, missing: str, hint: str) -> Any:
         return json.loads(path.read_text())
     except FileNotFoundError as exc:
         raise GpuflyError(missing, hint=hint) from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise GpuflyError(f"cannot read {path}: {exc}") from exc
+    except IsADirectoryError as exc:
+        raise GpuflyError(f"{path} is a folder, not a JSON file", hint=hint) from exc
+    except UnicodeDecodeError as exc:
+        raise GpuflyError(f"{path} is not a text file (byte {exc.start} is not UTF-8)", hint=hint) from exc
+    except OSError as exc:
+        raise GpuflyError(f"cannot read {path}: {exc.strerror or exc}", hint=hint) from exc
     except json.JSONDecodeError as exc:
         raise GpuflyError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})", hint=hint) from exc

@@ -57,7 +57,7 @@ def test_filters_combine() -> None:
 
 
 @pytest.mark.parametrize("filters, message", [
-    (Filters(min_vram_gib=-1), "--min-vram must be zero or more"),
+    (Filters(min_vram_gib=-1), "--min-vram must be a number of GiB, zero or more"),
     (Filters(vendor="nvdia"), "unknown vendor 'nvdia'; did you mean nvidia"),
     (Filters(arch="volta"), "unknown architecture 'volta'"),
     (Filters(has=("fp9",)), "unknown precision 'fp9'"),

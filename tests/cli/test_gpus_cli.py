@@ -103,7 +103,7 @@ def test_chart_writes_a_png(cli, tmp_path) -> None:
 @pytest.mark.parametrize("args, message", [
     (("gpus", "show", "rtx 4009"), "error: unknown GPU 'rtx 4009'; did you mean RTX 4090"),
     (("gpus", "--sort", "tflops_per_dollar"), "error: unknown metric 'tflops_per_dollar'"),
-    (("gpus", "--min-vram", "-8"), "error: --min-vram must be zero or more"),
+    (("gpus", "--min-vram", "-8"), "error: --min-vram must be a number of GiB, zero or more"),
     (("gpus", "--min-vram", "lots"), "error: Invalid value for '--min-vram'"),
     (("gpus", "--vendor", "intel"), "error: unknown vendor 'intel'"),
     (("gpus", "--chart", "ladder.jpg"), "error: cannot draw a chart as '.jpg'"),

@@ -150,8 +150,8 @@ class Filters:
 
 
 def _check(filters: Filters, specs: list[GpuSpec]) -> None:
-    if filters.min_vram_gib is not None and filters.min_vram_gib < 0:
-        raise GpuflyError(f"--min-vram must be zero or more, got {filters.min_vram_gib:g}",
+    if filters.min_vram_gib is not None and not 0 <= filters.min_vram_gib < float("inf"):
+        raise GpuflyError(f"--min-vram must be a number of GiB, zero or more, got {filters.min_vram_gib:g}",
                           hint="give the memory in GiB, e.g. --min-vram 24")
     vendors = {spec.vendor for spec in specs}
     if filters.vendor is not None and filters.vendor.lower() not in vendors:

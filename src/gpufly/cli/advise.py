@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -306,6 +307,8 @@ def recommend(
 
     if top < 1:
         raise GpuflyError(f"--top must be at least 1, got {top}", hint="e.g. --top 10")
+    if budget is not None and not math.isfinite(budget):
+        raise GpuflyError(f"--budget must be a number of dollars, got {budget}", hint="e.g. --budget 5000")
     spec = _load(model)
     job = _job(spec, task, quant, ctx, batch, kv, engine, optimizer, 0, checkpointing, lora_rank, fp32, lora_targets,
                gpu_memory_utilization=gpu_memory_utilization)

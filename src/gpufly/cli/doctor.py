@@ -78,7 +78,8 @@ def doctor(
         try:
             facts.save(save)
         except OSError as exc:
-            raise GpuflyError(f"cannot write {save}: {exc.strerror or exc}") from exc
+            raise GpuflyError(f"cannot write {save}: {exc.strerror or exc}",
+                              hint="save to a file in a folder you can write, e.g. --save facts.json") from exc
     findings = diagnose(facts)
     if deep and facts_file is not None:
         error_console().print("note: --deep skipped: the smoke test runs on this machine's GPUs, not on saved facts",

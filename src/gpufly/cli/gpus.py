@@ -33,6 +33,10 @@ def _value(m: Metric, spec: GpuSpec) -> str:
     value = m(spec)
     if value is not None and m.key.endswith("_per_usd"):
         return f"{value * 1000:.3g}"
+    if value is not None and m.key == "launch_year":
+        return str(int(value))
+    if value is not None and m.key == "compute_capability":
+        return f"{value:.1f}"
     return number(value)
 
 

@@ -164,7 +164,8 @@ def _check_magic(path: Path) -> None:
         with path.open("rb") as file:
             start = file.read(16)
     except OSError as exc:
-        raise GpuflyError(f"cannot read {path}: {exc.strerror or exc}") from exc
+        raise GpuflyError(f"cannot read {path}: {exc.strerror or exc}",
+                          hint="check the file's permissions, or copy it somewhere readable") from exc
     if start[:4] != b"GGUF":
         raise GpuflyError(f"{path} is not a GGUF file (it does not start with the GGUF magic bytes)",
                           hint=_other_format_hint(start))

@@ -42,17 +42,43 @@ COUNT_FIELDS = (
 """Sizes that may be 0 (no shared experts, no query compression, no sliding window) but not negative."""
 
 
+LARGEST_SIZE = 2**31
+"""No size field of a real model comes near this (the largest vocabularies and contexts are in the millions);
+past it a typo would give a model of 10^30 parameters instead of an error."""
+
+
 def check_sizes(data: dict[str, Any], where: str) -> None:
-    """Refuse a size field that is not a whole number in range, naming it (null means absent)."""
+    """Refuse a size field that is not a whole number in range, naming it (null means absent), and the few
+    fields whose type or relation to another is fixed."""
     for names, least in ((POSITIVE_FIELDS, 1), (COUNT_FIELDS, 0)):
         for name in names:
             value = data.get(name)
             if value is None:
                 continue
+            hint = f"fix '{name}' in the config.json (e.g. from the model's published config)"
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 kind = "a positive whole number" if least else "a whole number, 0 or more"
-                raise GpuflyError(f"{where}: the field '{name}' must be {kind}, got {json.dumps(value)}",
-                                  hint=f"fix '{name}' in the config.json (e.g. from the model's published config)")
+                raise GpuflyError(f"{where}: the field '{name}' must be {kind}, got {json.dumps(value)}", hint=hint)
+            if value > LARGEST_SIZE:
+                raise GpuflyError(f"{where}: the field '{name}' must be at most {LARGEST_SIZE:,}, got {value:,}",
+                                  hint=hint)
+    _check_types(data, where)
+
+
+def _check_types(data: dict[str, Any], where: str) -> None:
+    hint = "fix it in the config.json (e.g. from the model's published config)"
+    model_type = data.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise GpuflyError(f"{where}: the field 'model_type' must be a string, got {json.dumps(model_type)}", hint=hint)
+    tie = data.get("tie_word_embeddings")
+    if tie is not None and not isinstance(tie, bool):
+        raise GpuflyError(f"{where}: the field 'tie_word_embeddings' must be true or false, got {json.dumps(tie)}",
+                          hint=hint)
+    heads, kv_heads = data.get("num_attention_heads"), data.get("num_key_value_heads")
+    if isinstance(heads, int) and isinstance(kv_heads, int) and (kv_heads > heads or heads % kv_heads):
+        raise GpuflyError(f"{where}: num_key_value_heads ({kv_heads}) must divide num_attention_heads ({heads})",
+                          hint="grouped-query attention shares each key/value head among a whole number of "
+                               "query heads; " + hint)
 
 
 class Config:

@@ -47,6 +47,9 @@ _FORMS = "an nn.Module with example_inputs(batch_size, device), or a tuple (modu
 _VALUE_HINT = "a forward that reads tensor values (.item(), data-dependent shapes) cannot run on fake tensors"
 
 
+IMPORT_HINT = "run the file with python to see the whole error; the factory must import without side effects"
+
+
 def _one_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
@@ -71,7 +74,7 @@ def _import_file(target: str) -> ModuleType:
         spec.loader.exec_module(module)
     except Exception as exc:
         del sys.modules[name]
-        raise GpuflyError(f"importing {target} failed: {_one_line(exc)}") from exc
+        raise GpuflyError(f"importing {target} failed: {_one_line(exc)}", hint=IMPORT_HINT) from exc
     return module
 
 
@@ -83,9 +86,9 @@ def _import_module(target: str) -> ModuleType:
             raise GpuflyError(f"factory module not found: {target}",
                               hint="check the spelling and the environment, or give path/to/file.py:function",
                               ) from exc
-        raise GpuflyError(f"importing {target} failed: {_one_line(exc)}") from exc
+        raise GpuflyError(f"importing {target} failed: {_one_line(exc)}", hint=IMPORT_HINT) from exc
     except Exception as exc:
-        raise GpuflyError(f"importing {target} failed: {_one_line(exc)}") from exc
+        raise GpuflyError(f"importing {target} failed: {_one_line(exc)}", hint=IMPORT_HINT) from exc
 
 
 def load_factory(ref: str) -> Callable[[], Any]:
@@ -99,10 +102,12 @@ def load_factory(ref: str) -> Callable[[], Any]:
         public = [key for key in vars(module) if not key.startswith("_")]
         close = difflib.get_close_matches(name, public, n=3)
         raise GpuflyError(f"{target} has no function '{name}'",
-                          hint=f"did you mean {', '.join(close)}?" if close else None)
+                          hint=f"did you mean {', '.join(close)}?" if close
+                          else "name a function that builds the model, e.g. path/to/file.py:build_model")
     factory = getattr(module, name)
     if not callable(factory):
-        raise GpuflyError(f"{ref} is not a function (type {type(factory).__name__})")
+        raise GpuflyError(f"{ref} is not a function (type {type(factory).__name__})",
+                          hint="name a function that returns the model (nn.Module), called with no arguments")
     return factory
 
 
@@ -136,7 +141,8 @@ def _example_inputs(inputs_fn: InputsFn, batch_size: int, device: torch.device, 
                           hint="create inputs with torch.randn/torch.randint(..., device=device)") from exc
     inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
     if not inputs or not isinstance(inputs[0], torch.Tensor):
-        raise GpuflyError(f"example_inputs of {ref} must return a tuple of tensors, batch first")
+        raise GpuflyError(f"example_inputs of {ref} must return a tuple of tensors, batch first",
+                          hint="e.g. return (torch.randn(batch_size, 3, 224, 224, device=device),)")
     return inputs
 
 
@@ -305,7 +311,7 @@ def spec_from_factory(ref: str, batch_size: int = 1, training: bool = True) -> M
     import torch
 
     if batch_size < 1:
-        raise GpuflyError(f"batch size must be at least 1, not {batch_size}")
+        raise GpuflyError(f"batch size must be at least 1, not {batch_size}", hint="for example --batch 8")
     factory = load_factory(ref)
     with torch.device("meta"):
         module, inputs_fn = _build(factory, ref, "on the meta device")
