@@ -144,7 +144,8 @@ def test_port_in_use_is_one_line_with_a_hint() -> None:
                                                (["--interval", "inf"], "at most 3600 seconds"),
                                                (["--interval", "nan"], "at most 3600 seconds"),
                                                (["--port", "70000"], "--port must be between 0 and 65535"),
-                                               (["--history", "1"], "--history must be at least 2")])
+                                               (["--history", "1"], "--history must be at least 2"),
+                                               (["--host", ""], "--host is empty")])
 def test_bad_options_are_one_line(args: list[str], message: str) -> None:
     done = subprocess.run([sys.executable, "-m", "gpufly", "serve", *args], capture_output=True, text=True, timeout=30)
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr

@@ -10,6 +10,7 @@ import typer
 
 from gpufly.cli.monitoring import Stop, StopSignals, check_history, check_interval
 from gpufly.cli.render import error_console
+from gpufly.errors import GpuflyError
 
 
 def serve(
@@ -25,6 +26,8 @@ def serve(
     """Serve Prometheus metrics (DCGM-exporter names) and a live web dashboard; read-only, until Ctrl-C."""
     check_interval(interval)
     check_history(history)
+    if not host.strip():
+        raise GpuflyError("--host is empty", hint="--host 127.0.0.1 for this machine only, --host 0.0.0.0 for all")
     from gpufly.monitor.format import no_gpu_line
     from gpufly.monitor.sampler import open_backend
     from gpufly.monitor.server import MonitorServer, ServeConfig, WallClock
