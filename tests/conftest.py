@@ -42,11 +42,11 @@ class CliResult:
     stderr: str
 
 
-def run_gpufly(*args: str, env: dict[str, str] | None = None) -> CliResult:
+def run_gpufly(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> CliResult:
     """Run `python -m gpufly ARGS` in a fresh process, as a user's shell would."""
     environment = {**os.environ, "COLUMNS": "160", **(env or {})}
     done = subprocess.run([sys.executable, "-m", "gpufly", *args], capture_output=True, text=True,
-                          env=environment, timeout=60)
+                          env=environment, timeout=timeout)
     return CliResult(done.returncode, done.stdout, done.stderr)
 
 

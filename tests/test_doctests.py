@@ -7,6 +7,7 @@ import doctest
 import pytest
 
 import gpufly.catalog.lookup
+import gpufly.cli.render
 import gpufly.errors
 import gpufly.monitor.backends.live
 import gpufly.monitor.format
@@ -15,7 +16,8 @@ import gpufly.tune.engine
 import gpufly.tune.worker
 
 MODULES = [gpufly.errors, gpufly.catalog.lookup, gpufly.monitor.format, gpufly.monitor.views, gpufly.tune.engine,
-           gpufly.monitor.backends.live, gpufly.tune.worker]
+           gpufly.monitor.backends.live, gpufly.tune.worker,
+           gpufly.cli.render]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)

@@ -220,3 +220,20 @@ def test_the_results_file_records_its_run_and_refuses_another_or_a_garbage_line(
     log.path.write_text("\n".join([lines[0], "garbage", *lines[1:]]) + "\n")
     with pytest.raises(GpuflyError, match="line 2 is not a tune trial"):
         log.done()
+
+
+def test_a_batch_that_leaves_fewer_than_four_steps_is_refused_not_given_more_samples() -> None:
+    """32 x 8 samples at batch 128 are 2 steps; topping them up to 4 would train on twice the samples."""
+    result = run_in_subprocess(TINY, Trial("batch 128", {"batch_size": 128}), timeout_s=120, steps=8)
+    assert result.status == "failed" and "leaves 2 steps" in (result.error or "") and "--steps 16" in result.error
+
+
+def test_a_baseline_whose_loss_is_not_finite_fails_and_cannot_bless_a_trial() -> None:
+    from gpufly.tune.engine import judge
+
+    nan = float("nan")
+    baseline = judge(TrialResult("baseline", {}, "ok", throughput=10.0, eval_loss=nan), None)
+    assert baseline.status == "failed" and "not finite" in (baseline.error or "")
+    fine = TrialResult("baseline", {}, "ok", throughput=10.0, eval_loss=nan)  # as read back from an old file
+    trial = judge(TrialResult("amp", {"amp": "bf16"}, "ok", throughput=20.0, eval_loss=123.0), fine)
+    assert trial.status == "unsafe" and trial.loss_drift == float("inf")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from typing import Any
@@ -29,8 +30,24 @@ def error_console() -> Console:
 
 
 def print_json(data: Any) -> None:
-    """Print ``data`` as indented JSON on stdout: the stable `--json` contract."""
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    """Print ``data`` as indented JSON on stdout: the stable `--json` contract. A non-finite float (a loss that
+    diverged) is written as null: Infinity and NaN are not JSON, and strict parsers refuse them."""
+    sys.stdout.write(json.dumps(finite(data), indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+
+
+def finite(data: Any) -> Any:
+    """``data`` with every NaN or infinite float replaced by None, through dicts, lists and tuples.
+
+    >>> finite({"drift": float("inf"), "losses": [1.0, float("nan")]})
+    {'drift': None, 'losses': [1.0, None]}
+    """
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {key: finite(value) for key, value in data.items()}
+    if isinstance(data, list | tuple):
+        return [finite(value) for value in data]
+    return data
 
 
 def number(value: float | int | None, digits: int = 1) -> str:

@@ -12,14 +12,24 @@ import typer
 from gpufly.cli.render import console, print_json
 from gpufly.errors import GpuflyError
 
+SEARCH_STEPS = 40
+STAGE_STEPS = 160
+MIN_STAGE_STEPS = 40
+"""The recsys stages compare optimizers (dense Adam, SparseAdam) whose paths differ most while the model is near
+its initial state: under 40 steps the probe loss of the sparse stage drifts past the tolerance though its held-out
+loss is the same, so the case study would lose its main step to a run too short to judge it."""
+
 WORKLOAD_HELP = ("The workload: a built-in (cnn, transformer, recsys: recsys runs the stage-by-stage case study), "
                  "or your own as package.module:function or path/file.py:function.")
 
 
 def tune(
     workload: Annotated[str, typer.Argument(help=WORKLOAD_HELP)],
-    budget_minutes: Annotated[float, typer.Option(help="Stop starting new trials after this long.")] = 30.0,
-    steps: Annotated[int, typer.Option(help="Baseline-sized steps each trial trains (same samples for all).")] = 40,
+    budget_minutes: Annotated[float | None, typer.Option(help="Stop starting new trials after this long "
+                                                              "(30 by default; the recsys stages all run).")] = None,
+    steps: Annotated[int | None, typer.Option(help="Baseline-sized steps each trial trains (same samples for all; "
+                                                   f"{SEARCH_STEPS} by default, {STAGE_STEPS} for the recsys "
+                                                   "stages).")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds before a trial is stopped and recorded as a timeout.")]
     = 300.0,
     results: Annotated[Path | None, typer.Option(help="Trial results, one JSON line each.")] = None,
@@ -40,6 +50,10 @@ def tune(
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
 ) -> None:
     """Measure each optimization on the workload, reject any that changes the loss, print the best safe one."""
+    stages_run = workload == "recsys" and task == "train" and not search
+    _check_mode(workload, stages_run, budget_minutes, steps, search, price_per_hour)
+    steps = steps if steps is not None else STAGE_STEPS if stages_run else SEARCH_STEPS
+    budget_minutes = 30.0 if budget_minutes is None else budget_minutes
     _check_options(task, budget_minutes, steps, timeout, ddp, device, price_per_hour)
     suffix = "-infer" if task == "infer" else ""
     results = results or Path(f"gpufly-tune-{workload.replace('/', '_').replace(':', '_')}{suffix}.jsonl")
@@ -51,7 +65,7 @@ def tune(
     if device == "cuda" and not torch.cuda.is_available():
         raise GpuflyError("--device cuda, but torch sees no CUDA GPU", "leave --device at auto, or use --device cpu")
     cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
-    if workload == "recsys" and task == "train" and not search:
+    if stages_run:
         _stages(torch, cuda, steps, timeout, results, ddp or 2, price_per_hour, html, as_json)
         return
     built = _build(workload)
@@ -78,6 +92,23 @@ def tune(
     _render(rows, best, results)
     if html is not None:
         console().print(f"speedup chart: {html}", markup=False)
+
+
+def _check_mode(workload: str, stages_run: bool, budget_minutes: float | None, steps: int | None, search: bool,
+                price_per_hour: float | None) -> None:
+    """Options that only one kind of run reads are refused elsewhere, not silently dropped."""
+    if stages_run and budget_minutes is not None:
+        raise GpuflyError("the recsys case study runs all its stages; --budget-minutes applies to a search",
+                          "leave --budget-minutes out, or add --search for the generic search with a budget")
+    if stages_run and steps is not None and steps < MIN_STAGE_STEPS:
+        raise GpuflyError(f"the recsys stages need --steps {MIN_STAGE_STEPS} or more, not {steps}: shorter runs "
+                          "leave the model too close to its start to judge the optimizers' losses",
+                          f"leave --steps out ({STAGE_STEPS}), or give --steps {MIN_STAGE_STEPS}")
+    if search and workload != "recsys":
+        raise GpuflyError("--search is for recsys (every other workload is searched anyway)", "leave --search out")
+    if price_per_hour is not None and not stages_run:
+        raise GpuflyError("--price-per-hour prices the recsys case study's stages; a search reports speedups only",
+                          f"gpufly tune recsys --price-per-hour {price_per_hour:g}")
 
 
 def _check_options(task: str, budget_minutes: float, steps: int, timeout: float, ddp: int, device: str,
@@ -113,6 +144,8 @@ def _check_paths(results: Path, resume: bool, html: Path | None) -> None:
     if results.exists() and not resume:
         raise GpuflyError(f"{results} already holds trial results",
                           "add --resume to go on from them, or --results NEW.jsonl to start afresh")
+    if html is not None and html.is_dir():
+        raise GpuflyError(f"--html {html} is a folder", "give --html a file path, e.g. tune.html")
     if html is not None and not html.parent.is_dir():
         raise GpuflyError(f"cannot write {html}: {html.parent} is not a folder", "give --html a path in a folder")
 

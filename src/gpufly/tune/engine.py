@@ -272,7 +272,7 @@ def loss_drift(mine: float | None, baseline: float | None) -> float | None:
     """
     if mine is None or baseline is None:
         return None
-    if mine != mine or mine in (float("inf"), float("-inf")):
+    if not math.isfinite(mine) or not math.isfinite(baseline):
         return float("inf")
     return abs(mine - baseline) / max(abs(baseline), 1e-8)
 
@@ -285,7 +285,7 @@ def metric_drop(mine: float | None, baseline: float | None, higher_is_better: bo
     """
     if mine is None or baseline is None:
         return None
-    if not math.isfinite(mine):
+    if not math.isfinite(mine) or not math.isfinite(baseline):
         return float("inf")
     worse = baseline - mine if higher_is_better else mine - baseline
     return worse / max(abs(baseline), 1e-8)
@@ -298,6 +298,13 @@ def judge(result: TrialResult, baseline: TrialResult | None, tolerance: float = 
     Unsafe when the probe loss drifts beyond ``tolerance`` or the metric drops beyond ``metric_tolerance``.
     """
     if baseline is None:
+        unjudgeable = [name for name, value in (("probe loss", result.eval_loss), ("metric", result.eval_metric))
+                       if value is not None and not math.isfinite(value)]
+        if result.usable and unjudgeable:
+            result.status = "failed"
+            result.error = (f"the baseline's {' and '.join(unjudgeable)} is not finite, so no trial can be judged "
+                            "against it: the workload diverges as it stands")
+            return result
         if result.usable:
             result.speedup, result.loss_drift = 1.0, 0.0
             result.metric_drop = None if result.eval_metric is None else 0.0

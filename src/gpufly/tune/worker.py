@@ -148,7 +148,11 @@ def run(name: str, knobs: dict[str, Any], steps: int, device: str | None = None)
     else:
         loader = DataLoader(workload.dataset, batch_size=per_rank, collate_fn=workload.collate, drop_last=True,
                             sampler=sampler, **loader_args)
-    trial_steps = max(4, steps * base_batch // batch_size)
+    trial_steps = steps * base_batch // batch_size
+    if trial_steps < 4:
+        raise ValueError(f"batch {batch_size} leaves {trial_steps} steps of the {steps * base_batch} samples every "
+                         f"trial trains on (4 at least, to time and judge it); give --steps "
+                         f"{-(-4 * batch_size // base_batch)} or more to try it")
     warmup = min(3, trial_steps // 4)
     losses: list[float] = []
     seconds: list[float] = []
