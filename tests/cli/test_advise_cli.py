@@ -269,3 +269,17 @@ def test_fsdp_and_lora_targets(cli) -> None:
     assert adapters["bytes"] == 32 * 16 * ((4096 + 4096) + (4096 + 1024)) * 8
     bad = cli("fit", LLAMA, "--gpu", "4090", "--task", "full", "--fsdp", "full")
     assert bad.code == 2 and "unknown FSDP strategy 'full'; did you mean full_shard" in bad.stderr
+
+
+def test_llama_cpp_is_offered_gguf_types_not_fp8(cli) -> None:
+    result = cli("fit", LLAMA, "--engine", "llama.cpp", "--gpu", "4090", "--ctx", "32768", "--json")
+    offered = [change["change"] for change in json.loads(result.stdout)["results"][0]["changes"]]
+    assert offered and all(text.startswith("--quant q") for text in offered), offered
+
+
+def test_a_kv_format_the_engine_cannot_run_is_a_note(cli) -> None:
+    llama = cli("fit", LLAMA, "--gpu", "4090", "--engine", "llama.cpp", "--kv", "fp8")
+    assert llama.code == 0, llama.stderr
+    assert "note: llama.cpp has no fp8 KV cache" in llama.stdout and "--kv q8_0 is its nearest" in llama.stdout
+    vllm = cli("fit", LLAMA, "--gpu", "4090", "--engine", "vllm", "--kv", "q4_0")
+    assert vllm.code == 0 and "note: vLLM has no q4_0 KV cache" in vllm.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -200,3 +201,24 @@ def test_a_driver_without_a_cuda_version_says_unknown() -> None:
     driver = next(f for f in diagnose(facts) if f.check == "driver")
     assert driver.what == "NVIDIA driver 570.133.07 (CUDA version unknown), 1 GPU(s)"
     assert "None" not in driver.what
+
+
+def _scenario_named(name: str) -> Facts:
+    return _scenario(next(path for path in SCENARIOS if path.stem == name))[0]
+
+
+def test_a_driver_too_old_fix_names_the_update_once_and_one_command() -> None:
+    fix = next(f.fix for f in diagnose(_scenario_named("driver_too_old")) if f.check == "driver_too_old")
+    assert fix == ("install a build this driver runs: pip install torch==2.7.* --index-url "
+                   "https://download.pytorch.org/whl/cu118; or update the NVIDIA driver to at least 525.60.13, "
+                   "then run: pip install torch==2.14.* --index-url https://download.pytorch.org/whl/cu126")
+
+
+def test_a_fix_with_a_command_and_a_driver_update_keeps_them_apart() -> None:
+    """A CPU wheel on a 470 driver: the command this driver runs, then the update as a second choice."""
+    facts = _scenario_named("cpu_wheel_on_gpu")
+    old = dataclasses.replace(facts, driver=DriverFact(found=True, version="470.223.02", cuda_version="11.4",
+                                                       source="nvml"))
+    fix = next(f.fix for f in diagnose(old) if f.check == "torch_cpu_wheel")
+    assert fix.startswith("pip install torch==2.7.* --index-url https://download.pytorch.org/whl/cu118; or update "
+                          "the NVIDIA driver to at least 525.60.13, then run: pip install torch==2.14.*")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -178,7 +179,8 @@ def test_python_version_picks_a_release_with_wheels_for_it() -> None:
 def test_an_explicit_release_without_code_for_the_gpu_is_an_error_with_a_way_out() -> None:
     with pytest.raises(GpuflyError, match=re.escape("no build of torch 2.14 has code for Tesla K80")) as caught:
         choose_torch([K80], DRIVER_580, release="2.14")
-    assert caught.value.hint == "torch 2.7 cu118 has code for them"
+    assert caught.value.hint == ("torch 2.7 cu118 has code for them and runs on this driver: "
+                                 f"pip install torch==2.7.* --index-url {INDEX}cu118")
 
 
 def test_a_release_whose_arch_lists_are_unknown_is_chosen_only_when_asked_with_a_warning() -> None:
@@ -212,6 +214,36 @@ def test_cuda_override_missing_from_the_release_is_an_error_listing_the_builds()
 def test_cuda_override_without_code_for_the_gpu_is_an_error() -> None:
     with pytest.raises(GpuflyError, match=re.escape("no build of CUDA 13.0 has code for NVIDIA GeForce GTX 1080 Ti")):
         choose_torch([GTX_1080_TI], DRIVER_580, cuda="13.0")
+
+
+def test_cuda_override_the_driver_cannot_run_says_so_and_offers_the_build_without_it() -> None:
+    plan = choose_torch([RTX_4090], DRIVER_570, cuda="13.0")
+    assert "every torch 2.14 build (CUDA 13.0, as asked) with code for NVIDIA GeForce RTX 4090" in plan.reason
+    assert plan.command is None and plan.needs_driver == "580"
+    without = f"pip install torch==2.14.* --index-url {INDEX}cu126"
+    assert without == choose_torch([RTX_4090], DRIVER_570).command
+    assert plan.advice.endswith(f"; or, without --cuda 13.0, run: {without}")
+    assert [alt.command for alt in plan.alternatives][-1] == without
+
+
+def test_cuda_override_without_code_for_the_gpu_names_the_build_this_driver_runs() -> None:
+    with pytest.raises(GpuflyError, match=re.escape("no build of CUDA 11.8 has code for NVIDIA GeForce RTX 5090")
+                       ) as caught:
+        choose_torch([RTX_5090], DRIVER_570, cuda="11.8")
+    assert caught.value.hint == ("torch 2.11 cu128 has code for them and runs on this driver: "
+                                 f"pip install torch==2.11.* --index-url {INDEX}cu128")
+
+
+def test_the_cuda_asked_for_is_kept_on_the_cli(cli, tmp_path) -> None:
+    scenario = Path(__file__).parent.parent / "fixtures" / "doctor" / "scenarios" / "healthy_gpu.json"
+    facts = json.loads(scenario.read_text())["facts"]
+    assert (facts["driver"]["version"], facts["gpus"][0]["compute_capability"]) == ("570.133.07", "8.9")
+    path = tmp_path / "facts.json"
+    path.write_text(json.dumps(facts))
+    result = cli("install", "torch", "--cuda", "13.0", "--facts", str(path), env={"COLUMNS": "300"})
+    assert result.code == 0, result.stderr
+    assert "(CUDA 13.0, as asked)" in result.stdout
+    assert f"without --cuda 13.0, run: pip install torch==2.14.* --index-url {INDEX}cu126" in result.stdout
 
 
 def test_never_a_cu113_era_index() -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpufly.estimate.advise import changes, fit
+from gpufly.catalog import default_catalog
+from gpufly.estimate.advise import _inference_changes, changes, fit
 from gpufly.estimate.job import Job
 from gpufly.models.resolve import load_model
 from gpufly.models.spec import ModelSpec
@@ -44,8 +45,35 @@ def test_llm_only_changes_are_not_offered_outside_llms(catalog, model: ModelSpec
 
 def test_llms_still_get_the_gguf_and_kv_changes(catalog) -> None:
     spec = load_model("llama-3.1-8b")
-    found = _descriptions(changes(fit(spec, catalog.get("4090"), Job(context=16384, batch=2))))
+    found = _descriptions(changes(fit(spec, catalog.get("4090"), Job(context=16384, batch=2, engine="vllm"))))
     assert "--engine llama.cpp --quant q4_k_m" in found and "--kv fp8" in found
+
+
+def _all_offers(spec: ModelSpec, job: Job) -> list[str]:
+    """Every change offered when the job fits with room (changes() shows only the first four)."""
+    return [text for text, _ in _inference_changes(spec, job, default_catalog().get("4090"))]
+
+
+@pytest.mark.parametrize("engine", ["llama.cpp", "ollama"])
+def test_llama_cpp_gets_gguf_quants_and_its_own_kv_types(engine: str) -> None:
+    found = _all_offers(load_model("llama-3.1-8b"), Job(engine=engine, context=32768))
+    assert not any(text in found for text in ("--quant fp8", "--quant int8", "--quant int4", "--kv fp8"))
+    assert [text for text in found if text.startswith("--quant")] == [
+        "--quant q8_0", "--quant q6_k", "--quant q5_k_m", "--quant q4_k_m", "--quant q3_k_m", "--quant q2_k"]
+    assert [text for text in found if text.startswith("--kv")] == ["--kv q8_0", "--kv q4_0"]
+    assert not any("--engine" in text for text in found)
+
+
+def test_llama_cpp_offers_only_smaller_gguf_types_and_kv() -> None:
+    found = _all_offers(load_model("llama-3.1-8b"), Job(engine="llama.cpp", quant="q4_k_m", kv_format="q8_0"))
+    assert found == ["--quant q3_k_m", "--quant q2_k", "--kv q4_0"]
+
+
+def test_kv_fp8_only_where_the_engine_has_it() -> None:
+    spec = load_model("llama-3.1-8b")
+    assert "--kv fp8" in _all_offers(spec, Job(engine="vllm"))
+    assert not any(text.startswith("--kv") for text in _all_offers(spec, Job(engine="transformers")))
+    assert "--quant fp8" in _all_offers(spec, Job(engine="vllm"))
 
 
 def test_nothing_fits_gives_the_closest_option(catalog) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from gpufly.errors import GpuflyError
 from gpufly.estimate.engines import GIB
-from gpufly.estimate.formats import weight_format
+from gpufly.estimate.formats import kv_key, weight_format
 from gpufly.estimate.job import DEFAULT_LORA_TARGETS, Job
 from gpufly.estimate.memory import inference_memory, kv_cache_bytes, lora_targets, training_memory, weight_bytes
 from gpufly.models.hf_config import load_config_file, spec_from_config
@@ -209,3 +209,17 @@ def test_lora_targets_match_as_peft_does() -> None:
     assert lora_targets(spec, ("dense",)) == ("dense",)
     with pytest.raises(GpuflyError, match=r"unknown LoRA target module 'top_mlp\.1'"):
         lora_targets(spec, ("top_mlp.1",))
+
+
+@pytest.mark.parametrize("engine, kv, nearest", [("llama.cpp", "fp8", "q8_0"), ("vllm", "q4_0", "fp8"),
+                                                 ("vllm", "q8", "fp8"), ("transformers", "fp8", "fp16")])
+def test_a_kv_format_the_engine_lacks_is_a_note(llama8b: ModelSpec, engine: str, kv: str, nearest: str) -> None:
+    notes = inference_memory(llama8b, Job(engine=engine, kv_format=kv)).notes
+    assert any(f"has no {kv_key(kv)} KV cache" in note and f"--kv {nearest} is its nearest" in note for note in notes)
+
+
+@pytest.mark.parametrize("engine, kv", [("llama.cpp", "q4_0"), ("llama.cpp", "Q8"), ("vllm", "fp8"),
+                                        ("transformers", "bf16")])
+def test_a_kv_format_the_engine_has_gets_no_note(llama8b: ModelSpec, engine: str, kv: str) -> None:
+    notes = inference_memory(llama8b, Job(engine=engine, kv_format=kv)).notes
+    assert not any("KV cache (its KV formats" in note for note in notes)

@@ -195,3 +195,42 @@ def test_tf32_set_through_the_new_precision_api_is_read_without_an_error() -> No
         torch.backends.cuda.matmul.fp32_precision = saved
     assert data.settings.tf32_matmul is True
     assert data.settings.tf32_cudnn is (torch.backends.cudnn.conv.fp32_precision == "tf32")
+
+
+@pytest.mark.parametrize("watched", [False, True])
+def test_epochs_without_step_markers_give_one_step_per_batch(watched: bool) -> None:
+    """The end of an epoch closes the last batch's step; the next epoch must not close an empty one too."""
+    import gpufly
+
+    data = torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+    loader = torch.utils.data.DataLoader(data, batch_size=4)
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    prof = gpufly.Profiler(warmup=0, nvml_interval=None)
+    if watched:
+        prof.watch(model, optimizer)
+    for _ in range(2):
+        for x, y in prof.loader(loader):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    data_out = prof.finish()
+    assert len(data_out.steps) == 32
+    assert all(step.batch_size == 4 for step in data_out.steps)
+
+
+def test_a_warning_from_a_wrapped_conversion_points_at_the_users_line() -> None:
+    import inspect
+    import warnings
+
+    import gpufly
+
+    loss = torch.ones(1, requires_grad=True) * 2
+    with gpufly.Profiler(warmup=0, nvml_interval=None), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
+        value = float(loss)
+    assert value == 2.0
+    grad = [w for w in caught if "requires_grad=True" in str(w.message)]
+    assert grad and (grad[0].filename, grad[0].lineno) == (__file__, line), [(w.filename, w.lineno) for w in grad]

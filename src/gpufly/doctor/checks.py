@@ -14,6 +14,7 @@ from gpufly.doctor.facts import Facts, FrameworkFact, GpuFact
 
 if TYPE_CHECKING:
     from gpufly.catalog import Catalog
+    from gpufly.doctor.install import InstallPlan
 
 LOW_FREE_VRAM_SHARE = 0.2
 """Below this share of free memory, with other processes holding it, a job may not fit."""
@@ -47,12 +48,34 @@ def _cc_tuple(cc: str | None) -> tuple[int, int]:
     return int(major), int(minor or 0)
 
 
-def _torch_install(facts: Facts) -> str:
+def _torch_plan(facts: Facts) -> InstallPlan:
     from gpufly.doctor.install import choose_torch, platform_of
 
-    plan = choose_torch(list(facts.gpus), facts.driver, platform_of(facts.env), facts.env.python_version,
+    return choose_torch(list(facts.gpus), facts.driver, platform_of(facts.env), facts.env.python_version,
                         machine=facts.env.machine)
-    return " ".join(part for part in (plan.command, plan.advice) if part)
+
+
+def _torch_install(facts: Facts) -> str:
+    """The pip command to install, and the driver update that unlocks a newer build as a second choice
+    ("; or ..."): two sentences, not one run together."""
+    return _joined(_torch_plan(facts))
+
+
+def _joined(plan: InstallPlan) -> str:
+    if plan.command and plan.advice:
+        return f"{plan.command}; or {plan.advice}"
+    return plan.command or plan.advice or ""
+
+
+def _driver_too_old_fix(facts: Facts, needed: str) -> str:
+    """Update the driver for the installed torch, or install a build this driver runs; the driver update is
+    named once (the plan's advice names it too when it asks for the same driver)."""
+    plan = _torch_plan(facts)
+    if plan.command is None:
+        return f"update the NVIDIA driver to {needed} or newer" + (f"; {plan.advice}" if plan.advice else "")
+    if plan.advice and plan.needs_driver == needed:
+        return f"install a build this driver runs: {plan.command}; or {plan.advice}"
+    return f"update the NVIDIA driver to {needed} or newer, or install a build this driver runs: {_joined(plan)}"
 
 
 def check_driver(facts: Facts) -> Iterator[Finding]:
@@ -112,8 +135,7 @@ def _torch_build_findings(facts: Facts, torch: FrameworkFact) -> Iterator[Findin
         yield Finding("driver_too_old", "fail", f"driver {facts.driver.version} is too old for PyTorch's CUDA "
                       f"{torch.cuda_version} (needs {needed} or newer)", "CUDA initialisation fails "
                       "('The NVIDIA driver on your system is too old')",
-                      f"update the NVIDIA driver to {needed} or newer, or install a build this driver runs: "
-                      f"{_torch_install(facts)}")
+                      _driver_too_old_fix(facts, needed))
     arch_list = torch.arch_list or ()
     if arch_list:
         for gpu in facts.gpus:

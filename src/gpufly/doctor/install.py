@@ -296,6 +296,10 @@ def choose_torch(gpus: Sequence[GpuInput], driver: DriverFact | None, platform: 
         return InstallPlan("torch", _torch_command(releases[0], "cpu", platform, pinned),
                            f"{_no_gpu_reason(platform, version, visible, driver)}: the CPU build",
                            variant="cpu", release=releases[0].release, verify=TORCH_VERIFY, warnings=_ignored(cuda))
+    unrestricted = None
+    if wanted is not None or release is not None:
+        unrestricted = _plan_torch(_torch_candidates(None, python_version), visible, version, driver, platform,
+                                   machine, None, False, [], None)
     if wanted is not None:
         releases = _with_cuda(releases, wanted, explicit=release is not None)
     warnings = [f"compute capability of {g.label} unknown: gpufly could not check that the build has code for it"
@@ -303,12 +307,14 @@ def choose_torch(gpus: Sequence[GpuInput], driver: DriverFact | None, platform: 
     if platform == "windows":
         warnings.append("gpufly knows the Linux wheels' architecture lists and takes the Windows wheels to match "
                         "(without the PTX PyTorch embeds on Linux only)")
-    return _plan_torch(releases, visible, version, driver, platform, machine, wanted, release is not None, warnings)
+    return _plan_torch(releases, visible, version, driver, platform, machine, wanted, release is not None, warnings,
+                       unrestricted)
 
 
 def _plan_torch(releases: list[TorchRelease], gpus: list[_Gpu], version: str, driver: DriverFact | None,
                 platform: str, machine: str | None, cuda: str | None, explicit: bool,
-                warnings: list[str]) -> InstallPlan:
+                warnings: list[str], unrestricted: InstallPlan | None) -> InstallPlan:
+    """``unrestricted``: the plan without the user's --cuda or release, the way out named when those fail."""
     first_rejected: list[str] = []
     for position, release in enumerate(releases):
         covering, unknown, rejected = _fits(release, gpus, platform, machine, cuda)
@@ -321,35 +327,40 @@ def _plan_torch(releases: list[TorchRelease], gpus: list[_Gpu], version: str, dr
         if covering:
             walked = None if position == 0 else releases[0].release
             return _torch_driver_choice(release, covering, gpus, version, driver, platform, machine, cuda,
-                                        walked, warnings, first_rejected, releases[position + 1:])
-    _raise_if_constrained(releases, gpus, platform, machine, explicit, cuda)
+                                        walked, warnings, first_rejected, releases[position + 1:], unrestricted)
+    _raise_if_constrained(releases, gpus, explicit, cuda, unrestricted)
     return InstallPlan("torch", _torch_command(releases[0], "cpu", platform, pinned=False),
                        f"no torch build in gpufly's table has code for {_labels(gpus)}: the CPU build",
                        variant="cpu", release=releases[0].release, verify=TORCH_VERIFY, warnings=tuple(warnings),
                        rejected=tuple(first_rejected))
 
 
-def _raise_if_constrained(releases: list[TorchRelease], gpus: list[_Gpu], platform: str, machine: str | None,
-                          explicit: bool, cuda: str | None) -> None:
-    """A release or CUDA the user asked for that has no code for their GPUs is their mistake to fix."""
+def _raise_if_constrained(releases: list[TorchRelease], gpus: list[_Gpu], explicit: bool, cuda: str | None,
+                          unrestricted: InstallPlan | None) -> None:
+    """A release or CUDA the user asked for that has no code for their GPUs is their mistake to fix; the hint
+    names what gpufly would pick without the constraint, which also has to run on this driver."""
     if not explicit and cuda is None:
         return
     asked = " and ".join(part for part in (
         f"torch {releases[0].release}" if explicit else "", f"CUDA {cuda}" if cuda else "") if part)
-    fits = []
-    for release in torch_releases():
-        covering, _, _ = _fits(release, gpus, platform, machine, None)
-        if covering:
-            fits.append(f"torch {release.release} {_newest(covering).variant.name}")
-            break
-    hint = f"{fits[0]} has code for them" if fits else "no torch build in gpufly's table has code for them"
-    raise GpuflyError(f"no build of {asked} has code for {_labels(gpus)}", hint=hint)
+    raise GpuflyError(f"no build of {asked} has code for {_labels(gpus)}", hint=_way_out(unrestricted))
+
+
+def _way_out(unrestricted: InstallPlan | None) -> str:
+    """The unrestricted plan in a hint: the build that runs here today, else the driver it needs."""
+    if unrestricted is None or unrestricted.variant in (None, "cpu"):
+        return "no torch build in gpufly's table has code for them"
+    if unrestricted.uses_gpu:
+        return (f"torch {unrestricted.release} {unrestricted.variant} has code for them and runs on this driver: "
+                f"{unrestricted.command}")
+    return (f"torch {unrestricted.release} {unrestricted.variant} has code for them after a driver update to "
+            f"{unrestricted.needs_driver} or newer")
 
 
 def _torch_driver_choice(release: TorchRelease, covering: list[_Fit], gpus: list[_Gpu], version: str,
                          driver: DriverFact | None, platform: str, machine: str | None, cuda: str | None,
                          walked: str | None, warnings: list[str], rejected: list[str],
-                         older: list[TorchRelease]) -> InstallPlan:
+                         older: list[TorchRelease], unrestricted: InstallPlan | None) -> InstallPlan:
     driver_cuda = driver.cuda_version if driver is not None else None
     native, compat, too_new = _runnable(covering, version, platform, driver_cuda)
     rejected = [*rejected, *too_new]
@@ -357,7 +368,7 @@ def _torch_driver_choice(release: TorchRelease, covering: list[_Fit], gpus: list
     asked = f" (CUDA {cuda}, as asked)" if cuda else ""
     if not native and not compat:
         return _driver_too_old(release, covering, gpus, version, platform, machine, cuda, driver_cuda, prefix,
-                               warnings, rejected, older)
+                               warnings, rejected, older, unrestricted)
     fit = _newest(native or compat)
     variant = fit.variant
     mode = "natively"
@@ -388,10 +399,12 @@ def _cheapest(fits: list[_Fit], platform: str) -> _Fit:
 
 def _driver_too_old(release: TorchRelease, covering: list[_Fit], gpus: list[_Gpu], version: str, platform: str,
                     machine: str | None, cuda: str | None, driver_cuda: str | None, prefix: str,
-                    warnings: list[str], rejected: list[str], older: list[TorchRelease]) -> InstallPlan:
+                    warnings: list[str], rejected: list[str], older: list[TorchRelease],
+                    unrestricted: InstallPlan | None = None) -> InstallPlan:
     """No build of the release runs on this driver: name the lowest driver that runs one of its builds with code
     for the GPUs (the newest build's driver as a note), and meanwhile install the newest older torch the present
-    driver runs, so the GPU works today (no command if there is none)."""
+    driver runs, so the GPU works today (no command if there is none). Where --cuda is what rules out every
+    build, say so, and offer the build gpufly picks without it."""
     target = _cheapest(covering, platform).variant
     need = min_driver_for(target.cuda, platform)
     after = _torch_command(release, target.name, platform)
@@ -406,8 +419,15 @@ def _driver_too_old(release: TorchRelease, covering: list[_Fit], gpus: list[_Gpu
                                  f"after updating the driver to {newest_need} or newer: torch {release.release} "
                                  f"{newest.name}, the newest build"))
     advice = f"update the NVIDIA driver to at least {need}, then run: {after}"
-    reason = (f"{prefix}driver {version} is too old for every torch {release.release} build with code for "
+    asked = f" (CUDA {cuda}, as asked)" if cuda else ""
+    reason = (f"{prefix}driver {version} is too old for every torch {release.release} build{asked} with code for "
               f"{_labels(gpus)}; update the NVIDIA driver to at least {need}")
+    if cuda and unrestricted is not None and unrestricted.uses_gpu:
+        assert unrestricted.command is not None
+        later.append(Alternative(unrestricted.command, f"without --cuda {cuda}: torch {unrestricted.release} "
+                                                       f"{unrestricted.variant}, which driver {version} runs"))
+        reason += f", or drop --cuda: torch {unrestricted.release} {unrestricted.variant} runs on this driver"
+        advice += f"; or, without --cuda {cuda}, run: {unrestricted.command}"
     fallback = _torch_fallback(older, gpus, version, platform, machine, cuda, driver_cuda)
     if fallback is None:
         return InstallPlan("torch", None, reason, variant=target.name, release=release.release, cuda=target.cuda,

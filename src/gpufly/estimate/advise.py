@@ -10,7 +10,8 @@ from typing import Any
 from gpufly.catalog.lookup import Catalog
 from gpufly.catalog.spec import GpuSpec
 from gpufly.errors import GpuflyError
-from gpufly.estimate.engines import GIB
+from gpufly.estimate.engines import GIB, LLAMA_CPP_KV_LADDER, Engine, engine
+from gpufly.estimate.formats import GGUF_LADDER, kv_bytes, kv_key, weight_format
 from gpufly.estimate.job import Job
 from gpufly.estimate.memory import MemoryBreakdown, lora_adapter_params, memory
 from gpufly.estimate.speed import Speed, speed
@@ -105,17 +106,40 @@ def _is_llm(model: ModelSpec) -> bool:
 
 
 def _inference_changes(model: ModelSpec, job: Job, gpu: GpuSpec) -> Iterable[tuple[str, Job]]:
-    """Smaller weights (int4 and GGUF for transformers only), and the LLM-only KV-cache format."""
-    order = ["fp8", "int8", "int4"] if gpu.fp8_tensor_tflops else ["int8", "int4"]
-    for quant in order:
-        if quant != job.quant and (quant != "int4" or model.is_transformer):
-            yield f"--quant {quant}", job.with_(quant=quant)
+    """Smaller weights and, for LLMs, a smaller KV cache, in formats the job's engine runs: GGUF types
+    for llama.cpp, fp8/int8/int4 elsewhere (int4 and the move to llama.cpp for transformer models only)."""
+    runtime = engine(job.engine)
+    if runtime.name == "llama.cpp":
+        yield from _gguf_changes(model, job)
+    else:
+        order = ["fp8", "int8", "int4"] if gpu.fp8_tensor_tflops else ["int8", "int4"]
+        for quant in order:
+            if quant != job.quant and (quant != "int4" or model.is_transformer):
+                yield f"--quant {quant}", job.with_(quant=quant)
     if not _is_llm(model):
         return
-    if job.engine != "llama.cpp":
+    if runtime.name != "llama.cpp":
         yield "--engine llama.cpp --quant q4_k_m", job.with_(engine="llama.cpp", quant="q4_k_m")
-    if job.kv_format in ("fp16", "bf16"):
-        yield "--kv fp8", job.with_(kv_format="fp8")
+    yield from _kv_changes(runtime, job)
+
+
+def _gguf_changes(model: ModelSpec, job: Job) -> Iterable[tuple[str, Job]]:
+    """The GGUF types smaller than the current weights: llama.cpp has no fp8/int8/int4 weights."""
+    if not model.is_transformer:
+        return
+    current = weight_format(job.quant).bits_per_weight
+    for quant in GGUF_LADDER:
+        if weight_format(quant).bits_per_weight < current:
+            yield f"--quant {quant}", job.with_(quant=quant)
+
+
+def _kv_changes(runtime: Engine, job: Job) -> Iterable[tuple[str, Job]]:
+    """Smaller KV-cache formats the engine has: q8_0/q4_0 in llama.cpp, fp8 in vLLM, none in transformers."""
+    current = kv_bytes(kv_key(job.kv_format))
+    ladder = LLAMA_CPP_KV_LADDER if runtime.name == "llama.cpp" else ("fp8",)
+    for kv in ladder:
+        if kv in runtime.kv_formats and kv_bytes(kv) < current:
+            yield f"--kv {kv}", job.with_(kv_format=kv)
 
 
 def _training_changes(model: ModelSpec, job: Job) -> Iterable[tuple[str, Job]]:

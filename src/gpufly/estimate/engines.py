@@ -57,20 +57,39 @@ class Engine:
     fp16_accumulate: bool = False
     """Runs FP16 matmuls with FP16 accumulation, which GeForce cards execute at twice the rate
     of FP32 accumulation (Ampere GA102 and Ada whitepapers)."""
+    kv_formats: tuple[str, ...] = ("fp16", "bf16", "fp32")
+    """The --kv formats the engine can hold its KV cache in (formats.kv_key's spelling)."""
+    label: str = ""
+    """The engine's name as its project writes it, for notes."""
 
+    @property
+    def display(self) -> str:
+        return self.label or self.name
+
+
+TRANSFORMERS_KV_FORMATS = ("fp16", "bf16", "fp32")
+"""transformers' caches hold K and V in the model's dtype; its QuantizedCache (quanto/HQQ, int2/int4
+with a residual window kept in 16 bits) has no --kv format here."""
+VLLM_KV_FORMATS = ("fp16", "bf16", "fp32", "fp8")
+"""vLLM's --kv-cache-dtype: auto (the model's dtype) or fp8 (e4m3/e5m2); no integer KV types."""
+LLAMA_CPP_KV_FORMATS = ("fp16", "bf16", "fp32", "q8_0", "q4_0")
+"""llama.cpp's --cache-type-k/-v: f32, f16, bf16, q8_0, q4_0 (and q4_1, q5_0, q5_1, iq4_nl, not
+modelled here); no fp8. A quantized V cache needs flash attention (-fa)."""
+LLAMA_CPP_KV_LADDER = ("q8_0", "q4_0")
+"""The smaller KV-cache types the advisor offers for llama.cpp, largest first."""
 
 ENGINES: dict[str, Engine] = {
     "transformers": Engine("transformers", 500 * MIB, bandwidth_efficiency=0.85, hbm_bandwidth_factor=1.0,
                            cpu_s_per_layer=8.5e-4, step_overhead_s=0.0, layer_overhead_s=0.0,
                            kv_traffic_per_group=3.6, prefill_compute_efficiency=0.45, quantized_cpu_factor=1.35,
-                           splits_layers=True),
+                           splits_layers=True, kv_formats=TRANSFORMERS_KV_FORMATS),
     "vllm": Engine("vllm", 1024 * MIB, bandwidth_efficiency=0.80, hbm_bandwidth_factor=1.0, cpu_s_per_layer=0.0,
                    step_overhead_s=3.2e-3, layer_overhead_s=0.0, kv_traffic_per_group=0.0,
-                   prefill_compute_efficiency=0.60),
+                   prefill_compute_efficiency=0.60, kv_formats=VLLM_KV_FORMATS, label="vLLM"),
     "llama.cpp": Engine("llama.cpp", 457 * MIB, bandwidth_efficiency=0.80, hbm_bandwidth_factor=0.62,
                         cpu_s_per_layer=0.0, step_overhead_s=0.0, layer_overhead_s=4.0e-5, kv_traffic_per_group=0.0,
                         prefill_compute_efficiency=0.42, quantized_prefill_factor=0.6, preallocates_context=True,
-                        splits_layers=True, fp16_accumulate=True),
+                        splits_layers=True, fp16_accumulate=True, kv_formats=LLAMA_CPP_KV_FORMATS),
 }
 _ENGINE_ALIASES = {"hf": "transformers", "huggingface": "transformers", "llamacpp": "llama.cpp",
                    "llama-cpp": "llama.cpp", "gguf": "llama.cpp", "ollama": "llama.cpp"}

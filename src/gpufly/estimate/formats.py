@@ -59,6 +59,10 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
     "f16": WeightFormat("F16", 16, "fp16", engine_family="gguf"),
 }
 
+GGUF_LADDER = ("q8_0", "q6_k", "q5_k_m", "q4_k_m", "q3_k_m", "q2_k")
+"""The llama.cpp file types the advisor offers as smaller weights, largest first: the common
+llama-quantize choices, one per bit width."""
+
 _ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16", "awq": "int4",
             "gptq": "int4", "gptq-int4": "int4", "awq-int4": "int4", "gptq-int8": "int8", "bnb4": "nf4",
             "4bit": "nf4", "8bit": "int8", "llm.int8": "int8", "f32": "fp32", "mxfp4_moe": "mxfp4"}
@@ -99,6 +103,15 @@ def weight_format(name: str) -> WeightFormat:
         return WEIGHT_FORMATS[key]
     raise unknown_choice("quantization", name, [*WEIGHT_FORMATS, *_ALIASES],
                          hint="formats: " + ", ".join(sorted(WEIGHT_FORMATS)) + ", int4-gN")
+
+
+_KV_ALIASES = {"q8": "q8_0", "q4": "q4_0"}
+
+
+def kv_key(name: str) -> str:
+    """A --kv value in one spelling ('Q8' -> 'q8_0'), so engines list each format once."""
+    key = name.strip().lower()
+    return _KV_ALIASES.get(key, key)
 
 
 def kv_bytes(name: str) -> float:

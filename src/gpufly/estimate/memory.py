@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufly.errors import GpuflyError, unknown_choice
-from gpufly.estimate.engines import ALLOCATOR_FRAGMENTATION, Engine, engine
-from gpufly.estimate.formats import WeightFormat, kv_bytes, same_format, weight_format
+from gpufly.estimate.engines import ALLOCATOR_FRAGMENTATION, ENGINES, Engine, engine
+from gpufly.estimate.formats import WeightFormat, kv_bytes, kv_key, same_format, weight_format
 from gpufly.estimate.job import DEFAULT_LORA_TARGETS, Job
 from gpufly.models.spec import ModelSpec
 
@@ -157,6 +157,20 @@ def engine_format_note(runtime: Engine, fmt: WeightFormat) -> str | None:
     return None
 
 
+def engine_kv_note(runtime: Engine, kv_format: str) -> str | None:
+    """A warning where the engine cannot hold its KV cache in ``kv_format`` (the estimate goes on with
+    that format's size): fp8 in llama.cpp, q8_0/q4_0 in vLLM, anything but the model's dtype in transformers."""
+    kv = kv_key(kv_format)
+    if kv in runtime.kv_formats:
+        return None
+    size = kv_bytes(kv)
+    nearest = min(runtime.kv_formats, key=lambda name: abs(kv_bytes(name) - size))
+    others = [other.name for other in ENGINES.values() if kv in other.kv_formats]
+    elsewhere = f", or --engine {others[0]} runs it" if others else ""
+    return (f"{runtime.display} has no {kv} KV cache (its KV formats: {', '.join(runtime.kv_formats)}): "
+            f"--kv {nearest} is its nearest{elsewhere} (the estimate keeps {kv}'s size)")
+
+
 def inference_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
     """Memory per GPU to serve ``spec`` as ``job`` says, tensor parallel across ``job.gpus``."""
     fmt = weight_format(job.quant)
@@ -186,9 +200,7 @@ def inference_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
         MemoryItem("kv_cache", kv // kv_split, f"{job.batch} x {context:,} tokens at {job.kv_format}"),
         MemoryItem("activations", activations, act_note),
     ]
-    mismatch = engine_format_note(runtime, fmt)
-    if mismatch:
-        notes.append(mismatch)
+    notes += [note for note in (engine_format_note(runtime, fmt), engine_kv_note(runtime, job.kv_format)) if note]
     if runtime.name == "vllm":
         notes.append(f"vLLM takes gpu_memory_utilization x VRAM ({job.gpu_memory_utilization:.0%}) at start "
                      "and fills what is left with KV cache blocks")

@@ -18,6 +18,7 @@ import os
 import statistics
 import sys
 import time
+import warnings
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -139,6 +140,9 @@ class Profiler:
             except StopIteration:
                 if self._evaluating(state):
                     self._skip_to(time.perf_counter())
+                # The boundary above already closed the last batch's step: the next epoch's first fetch must
+                # not close another, empty one (2 epochs x 16 batches are 32 steps, not 33).
+                self._marked_since_fetch = True
                 return
             self._current.data_wait_s += time.perf_counter() - started
             self._fetches += 1
@@ -338,7 +342,9 @@ class Profiler:
                 if (on_device or not (gpu_only or current._cuda)) and not _called_from_torch():
                     counter[label] += 1
                     current._count_sync()
-                return original(tensor, *args, **kwargs)
+                if not tensor.requires_grad:
+                    return original(tensor, *args, **kwargs)
+                return _warning_at_caller(original, tensor, *args, **kwargs)
 
             counted.__wrapped__ = original  # type: ignore[attr-defined]
             self._patch_tensor(torch, method, counted)
@@ -516,6 +522,22 @@ class Profiler:
         window = time.perf_counter() - self._trace_wall_start
         trace.__exit__(None, None, None)
         self.data.trace = summarize(trace, max(steps, 1), window, cuda=self._cuda)
+
+
+def _warning_at_caller(original: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call ``original`` and re-issue its warnings from the user's line, not this wrapper's: torch warns from C++
+    at the calling Python frame ("Converting a tensor with requires_grad=True to a scalar"), which is now ours.
+    Only tensors that require grad come here: catching warnings touches process-wide state on every call."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = original(*args, **kwargs)
+    frame = sys._getframe(2)  # 0 this, 1 the wrapper, 2 the user's call
+    for warning in caught:
+        warnings.warn_explicit(warning.message, warning.category, frame.f_code.co_filename, frame.f_lineno,
+                               module=frame.f_globals.get("__name__"),
+                               registry=frame.f_globals.setdefault("__warningregistry__", {}),
+                               module_globals=frame.f_globals)
+    return result
 
 
 def _called_from_torch() -> bool:
