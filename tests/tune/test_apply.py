@@ -74,8 +74,12 @@ def test_bad_configurations_are_clear_errors(tmp_path: Path) -> None:
             gpufly.apply(config, model)
     empty = tmp_path / "empty.jsonl"
     ResultsLog(empty).append(TrialResult("baseline", {}, "failed", error="boom"))
-    with pytest.raises(GpuflyError, match="no successful trial"):
+    with pytest.raises(GpuflyError, match=r"holds 1 trials and none is safe \(1 failed\)"):
         gpufly.apply(empty, model)
+    nothing = tmp_path / "nothing.jsonl"
+    nothing.write_text("")
+    with pytest.raises(GpuflyError, match="holds no tune trials"):
+        gpufly.apply(nothing, model)
     with pytest.raises(GpuflyError, match="needs a CUDA GPU"):
         gpufly.apply({"amp": "fp16"}, model)
     with pytest.raises(GpuflyError, match="needs a CUDA GPU"):

@@ -177,3 +177,20 @@ def test_json_output_writes_a_diverged_loss_as_null() -> None:
 
     assert json.loads(json.dumps(finite({"loss_drift": float("inf"), "x": [float("nan"), 1.5]}), allow_nan=False)) \
         == {"loss_drift": None, "x": [None, 1.5]}
+
+
+def test_report_tune_says_why_a_file_has_no_best_trial(cli, tmp_path: Path) -> None:
+    from gpufly.tune.engine import ResultsLog, TrialResult
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    result = cli("report", "--tune", str(empty))
+    assert result.code == 2 and "holds no tune trials" in result.stderr and "hint:" in result.stderr
+    failed = tmp_path / "failed.jsonl"
+    ResultsLog(failed).append(TrialResult("baseline", {}, "oom", error="CUDA out of memory"))
+    result = cli("report", "--tune", str(failed))
+    assert result.code == 2 and "none is safe (1 oom)" in result.stderr
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(b"\xff\xfe")
+    result = cli("report", "--tune", str(binary))
+    assert result.code == 2 and "--results FILE" in result.stderr and "give --results" not in result.stderr

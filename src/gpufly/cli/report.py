@@ -130,14 +130,13 @@ def report(
 
 def _tune_summary(path: Path) -> dict[str, Any]:
     from gpufly.errors import GpuflyError
-    from gpufly.tune.engine import ResultsLog, best_safe
+    from gpufly.tune.engine import ResultsLog
 
     if not path.is_file():
         raise GpuflyError(f"no tune results at {path}", "write them with `gpufly tune WORKLOAD --results FILE`")
-    done = list(ResultsLog(path).done().values())
-    best = best_safe(done)
-    if best is None:
-        raise GpuflyError(f"{path} holds no successful trial", "run `gpufly tune WORKLOAD --resume` to finish it")
+    log = ResultsLog(path)
+    best = log.best_safe_or_error()
+    done = list(log.done().values())
     return {"trials": len(done), "best": best.name, "speedup": best.speedup, "knobs": best.knobs,
             "unsafe": sum(r.status == "unsafe" for r in done),
             "failed": sum(r.status in ("failed", "oom", "timeout") for r in done)}

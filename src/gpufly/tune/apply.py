@@ -51,12 +51,9 @@ def load_knobs(config: str | Path | dict[str, Any]) -> dict[str, Any]:
     if not path.is_file():
         raise GpuflyError(f"no tune configuration at {path}", "pass the results file `gpufly tune` wrote, or a dict")
     if path.suffix == ".jsonl":
-        from gpufly.tune.engine import ResultsLog, best_safe
+        from gpufly.tune.engine import ResultsLog
 
-        best = best_safe(ResultsLog(path).done().values())
-        if best is None:
-            raise GpuflyError(f"{path} holds no successful trial", "run `gpufly tune WORKLOAD --resume` to finish it")
-        return dict(best.knobs)
+        return dict(ResultsLog(path).best_safe_or_error().knobs)
     try:
         data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

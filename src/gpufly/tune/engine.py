@@ -342,7 +342,7 @@ class ResultsLog:
             return self.path.read_text(encoding="utf-8").splitlines() if self.path.exists() else []
         except (OSError, UnicodeDecodeError) as exc:
             raise GpuflyError(f"cannot read the results file {self.path}: {getattr(exc, 'strerror', None) or exc}",
-                              "give --results a readable .jsonl file written by gpufly tune") from None
+                              "give a readable .jsonl file, as `gpufly tune --results FILE` writes") from None
 
     def identity(self) -> dict[str, Any] | None:
         """The run identity in the header, or None for a file without one (written before gpufly recorded it)."""
@@ -392,6 +392,21 @@ class ResultsLog:
                                   "delete that line, or start afresh with --results NEW.jsonl") from None
             results[Trial(result.name, result.knobs).key] = result
         return results
+
+    def best_safe_or_error(self) -> TrialResult:
+        """The best safe trial, or an error that says why there is none: no trials at all (not a results file,
+        or a run stopped before its baseline) or trials of which none is safe."""
+        done = list(self.done().values())
+        best = best_safe(done)
+        if best is not None:
+            return best
+        if not done:
+            raise GpuflyError(f"{self.path} holds no tune trials",
+                              "give the .jsonl file `gpufly tune --results FILE` wrote; if the run stopped before "
+                              "its first trial, run it again")
+        counts = ", ".join(f"{sum(r.status == s for r in done)} {s}" for s in sorted({r.status for r in done}))
+        raise GpuflyError(f"{self.path} holds {len(done)} trials and none is safe ({counts})",
+                          "read the errors with `gpufly tune WORKLOAD --resume --results FILE`, or tune again")
 
     def append(self, result: TrialResult) -> None:
         self._write(asdict(result))
