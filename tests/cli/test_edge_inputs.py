@@ -65,3 +65,10 @@ def test_year_and_compute_capability_print_as_written(cli) -> None:
     assert years.code == 0 and "2,02" not in years.stdout and " 2025 " in years.stdout
     ccs = cli("gpus", "--sort", "compute_capability", "--vendor", "nvidia")
     assert ccs.code == 0 and " 12.0 " in ccs.stdout and " 9.0 " in ccs.stdout
+
+
+def test_when_no_single_gpu_fits_the_catalog_view_points_at_several(cli) -> None:
+    result = cli("fit", "llama-3.1-405b")
+    assert "no single GPU in the catalog fits this job" in result.stdout and "gpufly recommend" in result.stdout
+    small = cli("fit", "llama-3.2-1b")
+    assert "no single GPU" not in small.stdout

@@ -171,6 +171,9 @@ def _render_catalog(job: Job, fits: list[Fit], solved: list[dict[str, int | None
                       *(f"{found[key]:,}" if found[key] else "none" for key in limits),
                       style=None if verdict.fits else "dim")
     out.print(table)
+    if fits and not any(f.fits for f in fits):
+        out.print("no single GPU in the catalog fits this job; `gpufly recommend MODEL` (with the same options) "
+                  "ranks 2, 4 and 8 GPUs, or give --gpu NxNAME", markup=False)
 
 
 def _machine_gpus() -> list[tuple[GpuSpec, int]]:
