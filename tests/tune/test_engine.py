@@ -154,6 +154,11 @@ def test_on_a_gpu_the_batch_the_measured_memory_says_fits_is_tried(tmp_path: Pat
     best = search.run()
     assert calls == ["baseline", "batch_size=128", "batch_size=256"], "8 GiB of 80 at batch 32: 8x fits (85% headroom)"
     assert best is not None and best.knobs == {"batch_size": 256}
+    calls.clear()
+    short = Search("w", {"batch_size": [64, 128], "amp": ["bf16"]}, ResultsLog(tmp_path / "s.jsonl"), runner,
+                   steps=8)
+    short.run()
+    assert calls[:3] == ["baseline", "batch_size=64", "amp=bf16"], "8 steps: batches over 2x leave under 4 steps"
 
 
 def test_two_values_of_one_knob_are_not_combined(tmp_path: Path) -> None:

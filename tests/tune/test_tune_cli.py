@@ -13,7 +13,7 @@ TINY = Path(__file__).parent.parent / "fixtures" / "tune" / "tiny.py"
 def test_a_user_workload_is_tuned_and_resumed(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     results = tmp_path / "trials.jsonl"
     page = tmp_path / "tune.html"
-    first = cli("tune", f"{TINY}:workload", "--steps", "12", "--results", str(results), "--html", str(page), "--json")
+    first = cli("tune", f"{TINY}:workload", "--steps", "16", "--results", str(results), "--html", str(page), "--json")
     assert first.code == 0, first.stderr
     document = json.loads(first.stdout)
     names = [t["configuration"] for t in document["trials"]]
@@ -24,16 +24,16 @@ def test_a_user_workload_is_tuned_and_resumed(cli, tmp_path: Path) -> None:  # t
     assert all(t["status"] in ("ok", "unsafe") for t in document["trials"])
     assert document["trials"][0]["speedup"] == 1.0 and document["best"] is not None
     assert len(results.read_text().splitlines()) == len(names) + 1
-    again = cli("tune", f"{TINY}:workload", "--steps", "12", "--results", str(results))
+    again = cli("tune", f"{TINY}:workload", "--steps", "16", "--results", str(results))
     assert again.code == 2 and "already holds trial results" in again.stderr and "--resume" in again.stderr
-    resumed = cli("tune", f"{TINY}:workload", "--steps", "12", "--results", str(results), "--resume", "--json")
+    resumed = cli("tune", f"{TINY}:workload", "--steps", "16", "--results", str(results), "--resume", "--json")
     assert resumed.code == 0
     assert len(results.read_text().splitlines()) == len(names) + 1, "every trial came from the file"
-    cross = cli("tune", "cnn", "--steps", "12", "--results", str(results), "--resume")
+    cross = cli("tune", "cnn", "--steps", "16", "--results", str(results), "--resume")
     assert cross.code == 2 and "holds another run's trials" in cross.stderr and "workload" in cross.stderr
     assert "Traceback" not in cross.stderr and "hint:" in cross.stderr
     fewer = cli("tune", f"{TINY}:workload", "--steps", "8", "--results", str(results), "--resume")
-    assert fewer.code == 2 and "steps 12 there, 8 here" in fewer.stderr
+    assert fewer.code == 2 and "steps 16 there, 8 here" in fewer.stderr
     assert len(results.read_text().splitlines()) == len(names) + 1, "a header, then one line per trial"
     report = cli("report", "--tune", str(results))
     assert report.code == 0 and f"tune: {len(names)} trials; best safe" in report.stdout

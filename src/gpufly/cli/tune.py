@@ -78,7 +78,7 @@ def tune(
     run = Search(workload, knobs, ResultsLog(results),
                  lambda w, t, s: run_in_subprocess(w, t, s, steps=steps, device=where),
                  timeout_s=timeout, budget_s=budget_minutes * 60, fixed={"task": "infer"} if task == "infer" else {},
-                 identity=_identity(torch, cuda, workload, task, steps))
+                 identity=_identity(torch, cuda, workload, task, steps), steps=steps)
     best = _run_with_progress(run, 1 + sum(len(v) for v in knobs.values()), quiet=as_json)
     rows = [_row(r) for r in run.results]
     best_row = None if best is None else {"configuration": best.name, "knobs": best.knobs, "speedup": best.speedup,

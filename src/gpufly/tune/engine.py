@@ -241,7 +241,7 @@ MAX_BATCH_GROWTH = 16
 
 
 def fitting_batch(batch: int | None, peak_bytes: int | None, device_bytes: int | None,
-                  headroom: float = 0.85) -> int | None:
+                  headroom: float = 0.85, max_growth: float = MAX_BATCH_GROWTH) -> int | None:
     """The largest power-of-two multiple of the baseline batch that fits in the GPU, from the baseline's
     measured peak memory. All of the peak is taken to grow with the batch; the weights and optimizer
     state do not, so this errs towards batches that fit, and the trial confirms it (an OOM is recorded).
@@ -251,7 +251,7 @@ def fitting_batch(batch: int | None, peak_bytes: int | None, device_bytes: int |
     """
     if not batch or not peak_bytes or not device_bytes:
         return None
-    growth = min(headroom * device_bytes / peak_bytes, MAX_BATCH_GROWTH)
+    growth = min(headroom * device_bytes / peak_bytes, MAX_BATCH_GROWTH, max_growth)
     multiple = 1
     while multiple * 2 <= growth:
         multiple *= 2
@@ -441,6 +441,9 @@ class Search:
     identity: dict[str, Any] | None = None
     """The run's identity (``run_identity``): written as the results file's header, checked on resume."""
     metric_tolerance: float = METRIC_TOLERANCE
+    steps: int | None = None
+    """The baseline-sized steps each trial trains: a batch over ``steps / 4`` times the baseline's would leave
+    fewer than 4 steps on the same samples, so such batches are not tried (None: no limit)."""
     results: list[TrialResult] = field(default_factory=list)
 
     def run(self) -> TrialResult | None:
@@ -474,11 +477,20 @@ class Search:
         return best
 
     def _add_fitting_batch(self, baseline: TrialResult) -> None:
-        """On a GPU, also try the largest batch the baseline's measured memory says fits."""
-        fit = fitting_batch(baseline.batch_size, baseline.peak_memory_bytes, baseline.device_memory_bytes)
+        """On a GPU, also try the largest batch the baseline's measured memory says fits; drop the batches
+        that would leave fewer than 4 steps of the run's samples."""
+        growth = MAX_BATCH_GROWTH if self.steps is None else min(MAX_BATCH_GROWTH, self.steps / 4)
+        fit = fitting_batch(baseline.batch_size, baseline.peak_memory_bytes, baseline.device_memory_bytes,
+                            max_growth=growth)
         tried = self.knobs.get("batch_size")
-        if fit is not None and tried is not None and fit > max(tried):
-            self.knobs = {**self.knobs, "batch_size": [*tried, fit]}
+        if tried is None:
+            return
+        if baseline.batch_size and self.steps is not None:
+            tried = [b for b in tried if b <= baseline.batch_size * growth]
+        if fit is not None and (not tried or fit > max(tried)):
+            tried = [*tried, fit]
+        self.knobs = {k: tried if k == "batch_size" else v for k, v in self.knobs.items()
+                      if k != "batch_size" or tried}
 
     def _single_knobs(self) -> Iterable[tuple[str, dict[str, Any]]]:
         """Each knob value alone; a DDP-only knob (a hook, a bucket size) together with the ddp knob."""
