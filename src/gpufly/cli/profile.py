@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from gpufly.cli.paths import check_writable
 from gpufly.errors import GpuflyError
 
 
@@ -25,7 +25,7 @@ def profile(
         raise GpuflyError("--warmup and --trace must be zero or more", "for example --warmup 3 --trace 5")
     for option, path in (("--html", html), ("--save", save)):
         if path is not None:
-            check_writable(option, path)
+            check_writable(option, path, example="profile.json" if option == "--save" else "profile.html")
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -42,22 +42,3 @@ def profile(
         exc.exit_code = code or exc.exit_code  # a failed script's own code still wins
         raise
     raise typer.Exit(code)
-
-
-def check_writable(option: str, path: Path) -> None:
-    """Fail before the run, not after it: a whole training run lost to a typo in an output path is the worst case.
-
-    Opening the file is the only honest test (permission bits lie to root, /proc refuses new files); a file
-    made only for the test is removed again, and an existing one is opened for appending, so left as it was.
-    """
-    existed = path.exists()
-    if path.is_dir():
-        raise GpuflyError(f"{option} {path} is a folder", f"give a file name, for example {option} {path}/profile")
-    try:
-        with open(path, "a", encoding="utf-8"):
-            pass
-    except OSError as exc:
-        raise GpuflyError(f"cannot write {option} {path}: {exc.strerror}",
-                          "choose a file in a folder that exists and that you can write to") from None
-    if not existed:
-        os.unlink(path)

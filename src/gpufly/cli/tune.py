@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from gpufly.cli.paths import check_writable
 from gpufly.cli.render import console, print_json
 from gpufly.errors import GpuflyError
 
@@ -136,18 +137,12 @@ def _check_options(task: str, budget_minutes: float, steps: int, timeout: float,
 
 def _check_paths(results: Path, resume: bool, html: Path | None) -> None:
     """Bad output paths are refused before the first trial, so no measurement is lost to them."""
-    if results.is_dir():
-        raise GpuflyError(f"--results {results} is a folder", "give --results a file path, e.g. trials.jsonl")
-    if not results.parent.is_dir():
-        raise GpuflyError(f"cannot write {results}: {results.parent} is not a folder",
-                          "give --results a path in an existing folder")
+    check_writable("--results", results, example="trials.jsonl")
     if results.exists() and not resume:
         raise GpuflyError(f"{results} already holds trial results",
                           "add --resume to go on from them, or --results NEW.jsonl to start afresh")
-    if html is not None and html.is_dir():
-        raise GpuflyError(f"--html {html} is a folder", "give --html a file path, e.g. tune.html")
-    if html is not None and not html.parent.is_dir():
-        raise GpuflyError(f"cannot write {html}: {html.parent} is not a folder", "give --html a path in a folder")
+    if html is not None:
+        check_writable("--html", html, example="tune.html")
 
 
 def _build(workload: str) -> Any:
