@@ -6,8 +6,9 @@ For each size, rounds alternate the two timings (so load from a neighbour falls 
   harness:  gpufly.bench's kernel (torch.mm into a preallocated output) timed by measure():
             warm-up, then the median of repeated samples;
   torch:    torch.matmul on fresh random inputs, each call timed alone with perf_counter; median.
-The table prints the median of each over the rounds and their ratio. No target is asserted here;
-tests/bench/test_measures.py holds the must-hold check (within 30%).
+The table prints the median of each over the rounds and their ratio; the harness should land within 30% of
+torch's own timing. This is a benchmark and not a test on purpose: a ratio of two timings on a shared machine
+depends on what else runs there, and the harness's arithmetic is tested with a fake clock (tests/bench).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 from gpufly.bench import kernels, measure
 from gpufly.bench.work import gemm_flops
-from gpufly.monitor.backends.host import cpu_model
+from gpufly.hw.host import cpu_model
 
 
 def independent(torch: Any, n: int, dtype: Any, calls: int) -> float:

@@ -1,19 +1,32 @@
-"""Shared test helpers: the shipped catalog, a CLI runner, and the gpu marker's skip rule."""
+"""Shared test helpers: the shipped catalog, CLI runners (in-process and as a real process), and the gpu marker."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
+import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
 from gpufly.catalog import Catalog, default_catalog
 
+CLI_COLUMNS = "160"
+"""The terminal width CLI tests render at, unless a test gives its own COLUMNS."""
+PROCESS_TIMEOUT_S = 600.0
+"""Generous on purpose: a real process on a busy 2-core CI machine can take many times its idle time, and a test
+must fail on a wrong answer, never on a slow machine."""
+
 
 def _has_nvidia_gpu() -> bool:
-    from gpufly.monitor.backends.nvml import Nvml
+    try:
+        from gpufly.hw.nvml import Nvml
+    except ImportError:
+        from gpufly.monitor.backends.nvml import Nvml  # type: ignore[no-redef]
 
     nvml = Nvml()
     if not nvml.open().available:
@@ -42,9 +55,46 @@ class CliResult:
     stderr: str
 
 
-def run_gpufly(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> CliResult:
-    """Run `python -m gpufly ARGS` in a fresh process, as a user's shell would."""
-    environment = {**os.environ, "COLUMNS": "160", **(env or {})}
+@contextlib.contextmanager
+def _environment(overlay: dict[str, str]) -> Iterator[None]:
+    saved = dict(os.environ)
+    os.environ.update(overlay)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def run_gpufly(*args: str, env: dict[str, str] | None = None, timeout: float | None = None) -> CliResult:
+    """Run the CLI in this process (``gpufly.cli.main.main``), capturing what it prints and its exit code.
+
+    The same entry point a shell reaches, without a fresh interpreter per call (seconds each on a busy machine).
+    ``env`` is laid over os.environ for the call, so child processes the command starts see it too.
+    ``timeout`` is accepted for the process runner's sake and unused here.
+    """
+    from gpufly.cli.main import main
+
+    del timeout
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with _environment({"COLUMNS": CLI_COLUMNS, **(env or {})}), \
+            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BaseException:  # an uncaught error: what a real process would print, and its exit code
+            traceback.print_exc(file=err)
+            code = 1
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def run_gpufly_process(*args: str, env: dict[str, str] | None = None,
+                       timeout: float = PROCESS_TIMEOUT_S) -> CliResult:
+    """Run `python -m gpufly ARGS` in a fresh process, as a user's shell would: for what only a real process
+    shows (start-up imports, signals, the interpreter's exit)."""
+    environment = {**os.environ, "COLUMNS": CLI_COLUMNS, **(env or {})}
     done = subprocess.run([sys.executable, "-m", "gpufly", *args], capture_output=True, text=True,
                           env=environment, timeout=timeout)
     return CliResult(done.returncode, done.stdout, done.stderr)
@@ -52,4 +102,11 @@ def run_gpufly(*args: str, env: dict[str, str] | None = None, timeout: float = 6
 
 @pytest.fixture
 def cli():
+    """The CLI, in this process."""
     return run_gpufly
+
+
+@pytest.fixture
+def cli_process():
+    """The CLI as a separate `python -m gpufly` process."""
+    return run_gpufly_process

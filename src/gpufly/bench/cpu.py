@@ -68,7 +68,7 @@ class CpuDevice:
     def facts(self) -> DeviceFacts:
         import psutil
 
-        from gpufly.monitor.backends.host import cpu_model, os_name
+        from gpufly.hw.host import cpu_model, os_name
 
         model = cpu_model()
         return DeviceFacts(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from pathlib import Path
 
 from gpufly.catalog.query import Metric
 from gpufly.catalog.spec import GpuSpec
 from gpufly.errors import GpuflyError
+from gpufly.extras import require
+from gpufly.jsonfile import write_bytes_atomic
 
 CHART_SUFFIXES = (".png", ".svg")
 
@@ -54,8 +57,7 @@ def draw_ladder(specs: Sequence[GpuSpec], by: Metric, path: Path, source_line: s
                           hint="loosen the filters or choose another --sort metric")
     left_out = len(specs) - len(shown)
 
-    import matplotlib
-
+    matplotlib = require("matplotlib", "gpufly gpus --chart")
     matplotlib.use("Agg")
     matplotlib.rcParams["svg.fonttype"] = "none"  # keep SVG text as text: searchable, crisp, small
     import matplotlib.pyplot as plt
@@ -89,12 +91,13 @@ def draw_ladder(specs: Sequence[GpuSpec], by: Metric, path: Path, source_line: s
     if left_out:
         footnote += f"  {left_out} GPU(s) without a published figure are not shown."
     fig.text(0.01, 0.002, footnote, fontsize=7, color="#555555", ha="left", va="bottom", wrap=True)
-    fig.get_layout_engine().set(h_pad=0.25)
+    layout = fig.get_layout_engine()
+    if layout is not None:  # constrained layout, asked for when the figure was made
+        layout.set(h_pad=0.25)  # type: ignore[call-arg]
+    image = io.BytesIO()
     try:
-        fig.savefig(path, dpi=150)
-    except OSError as exc:
-        raise GpuflyError(f"cannot write {path}: {exc.strerror or exc}",
-                          hint="check that the folder exists and is writable") from exc
+        fig.savefig(image, format=path.suffix.lower().lstrip("."), dpi=150)
     finally:
         plt.close(fig)
+    write_bytes_atomic(path, image.getvalue(), hint="check that the folder exists and is writable")
     return len(shown)

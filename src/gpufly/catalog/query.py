@@ -125,17 +125,13 @@ PRECISIONS: dict[str, str] = {
 """`--has` names: a GPU has a precision when its vendor gives a tensor rate for it."""
 
 
-def _choose(kind: str, name: str, choices: Iterable[str], hint: str) -> str:
-    raise unknown_choice(kind, name, choices, hint)
-
-
 def metric(name: str) -> Metric:
     """The metric a user means by ``name`` (hyphens or underscores, short aliases allowed)."""
     key = name.strip().lower().replace("-", "_")
     key = METRIC_ALIASES.get(key, key)
     if key in METRICS:
         return METRICS[key]
-    return _choose("metric", name, [*METRICS, *METRIC_ALIASES], hint="metrics: " + ", ".join(METRICS))
+    raise unknown_choice("metric", name, [*METRICS, *METRIC_ALIASES], hint="metrics: " + ", ".join(METRICS))
 
 
 @dataclass(frozen=True)
@@ -155,16 +151,16 @@ def _check(filters: Filters, specs: list[GpuSpec]) -> None:
                           hint="give the memory in GiB, e.g. --min-vram 24")
     vendors = {spec.vendor for spec in specs}
     if filters.vendor is not None and filters.vendor.lower() not in vendors:
-        _choose("vendor", filters.vendor, vendors, hint="vendors: " + ", ".join(sorted(vendors)))
+        raise unknown_choice("vendor", filters.vendor, vendors, hint="vendors: " + ", ".join(sorted(vendors)))
     segments = {spec.segment for spec in specs}
     if filters.segment is not None and filters.segment.lower() not in segments:
-        _choose("segment", filters.segment, segments, hint="segments: " + ", ".join(sorted(segments)))
+        raise unknown_choice("segment", filters.segment, segments, hint="segments: " + ", ".join(sorted(segments)))
     archs = {spec.architecture for spec in specs}
     if filters.arch is not None and not any(filters.arch.lower() in arch.lower() for arch in archs):
-        _choose("architecture", filters.arch, archs, hint="architectures: " + ", ".join(sorted(archs)))
+        raise unknown_choice("architecture", filters.arch, archs, hint="architectures: " + ", ".join(sorted(archs)))
     for precision in filters.has:
         if precision.lower() not in PRECISIONS:
-            _choose("precision", precision, PRECISIONS, hint="precisions: " + ", ".join(PRECISIONS))
+            raise unknown_choice("precision", precision, PRECISIONS, hint="precisions: " + ", ".join(PRECISIONS))
 
 
 def select(specs: Iterable[GpuSpec], filters: Filters) -> list[GpuSpec]:

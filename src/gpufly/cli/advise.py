@@ -11,15 +11,15 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from gpufly.catalog import Catalog, GpuSpec, default_catalog
 from gpufly.cli.render import MISSING, console, print_json
-from gpufly.errors import GpuflyError, unknown_choice
+from gpufly.errors import GpuflyError
 from gpufly.estimate.engines import GIB
 from gpufly.estimate.job import DEFAULT_LORA_TARGETS, Job
-from gpufly.models.spec import ModelSpec
 
 if TYPE_CHECKING:
+    from gpufly.catalog import Catalog, GpuSpec
     from gpufly.estimate.advise import Change, Fit
+    from gpufly.models.spec import ModelSpec
 
 SCHEMA_VERSION = 1
 DEFAULT_TARGETS = ",".join(DEFAULT_LORA_TARGETS)
@@ -46,44 +46,6 @@ GpuMemory = Annotated[float, typer.Option("--gpu-memory-utilization",
 Fsdp = Annotated[str | None, typer.Option("--fsdp", help="FSDP: full_shard (= ZeRO-3) or shard_grad_op (= ZeRO-2).")]
 Fp32 = Annotated[bool, typer.Option("--fp32", help="Train in fp32 instead of mixed precision.")]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
-
-
-FSDP_STAGES = {"full_shard": 3, "shard_grad_op": 2, "no_shard": 0}
-"""FSDP sharding strategies and the ZeRO stage each equals in memory (llm-analysis README)."""
-
-
-def _job(spec: ModelSpec, task: str, quant: str | None, ctx: int, batch: int, kv: str, engine: str | None,
-         optimizer: str, zero: int, checkpointing: bool, lora_rank: int, fp32: bool, lora_targets: str | None = None,
-         fsdp: str | None = None, gpu_memory_utilization: float = 0.9) -> Job:
-    """The Job the options describe for ``spec``. A GGUF file brings its own format (and llama.cpp)
-    as the defaults; options the user gave win."""
-    from gpufly.estimate.engines import engine as check_engine
-    from gpufly.estimate.formats import kv_bytes, weight_format
-    from gpufly.estimate.memory import lora_targets as resolve_targets
-
-    from_file = spec.weight_format if spec.source.startswith("gguf:") else None
-    quant = quant or (from_file.lower() if from_file else "bf16")
-    fmt = weight_format(quant)
-    kv_bytes(kv)
-    if engine is None:
-        engine = "llama.cpp" if (from_file or fmt.engine_family == "gguf") and task == "infer" else "transformers"
-    check_engine(engine)
-    if fp32 and quant == "bf16":
-        quant = "fp32"
-    if fsdp is not None:
-        if fsdp.lower() not in FSDP_STAGES:
-            raise unknown_choice("FSDP strategy", fsdp, FSDP_STAGES)
-        zero = FSDP_STAGES[fsdp.lower()]
-    targets = DEFAULT_LORA_TARGETS
-    if lora_targets is not None:
-        targets = tuple(t.strip() for t in lora_targets.split(",") if t.strip())
-        if not targets:
-            raise GpuflyError("--lora-targets names no module", hint=f"e.g. --lora-targets {DEFAULT_TARGETS}")
-    if task in ("lora", "qlora"):
-        targets = resolve_targets(spec, targets if lora_targets is not None else None)
-    return Job(task=task, quant=quant, context=ctx, batch=batch, kv_format=kv, engine=engine, optimizer=optimizer,
-               zero=zero, checkpointing=checkpointing, lora_rank=lora_rank, mixed_precision=not fp32,
-               lora_targets=targets, gpu_memory_utilization=gpu_memory_utilization)
 
 
 def _load(model: str, exact: bool = False) -> ModelSpec:
@@ -182,7 +144,7 @@ def _machine_gpus() -> list[tuple[GpuSpec, int]]:
     return probe_machine().gpu_types()
 
 
-Targets = list[tuple[GpuSpec, int]]
+Targets = list[tuple["GpuSpec", int]]
 
 
 def _calibrated(targets: Targets, results: Path, catalog: Catalog) -> tuple[Targets, list[str]]:
@@ -212,7 +174,7 @@ def _catalog_view(spec: ModelSpec, base: Job, catalog: Catalog, solve: dict[str,
     verdicts = sorted((fit_one(spec, g, base) for g in catalog if g.vram_gib), key=lambda f: -f.free_bytes)
     solved = [_solve(spec, verdict.gpu, base, solve) for verdict in verdicts]
     if json_out:
-        print_json({"schema_version": SCHEMA_VERSION, "model": spec.to_dict(), "job": base.__dict__,
+        print_json({"schema_version": SCHEMA_VERSION, "model": spec.to_dict(), "job": base.to_dict(),
                     "gpus_on_this_machine": 0,
                     "catalog": [{**v.to_dict(), **limits} for v, limits in zip(verdicts, solved, strict=True)]})
         return
@@ -251,6 +213,7 @@ def fit(
     json_out: Json = False,
 ) -> None:
     """Will MODEL fit on a GPU for this job? Memory breakdown, predicted speed, and what would make it fit."""
+    from gpufly.catalog import default_catalog
     from gpufly.estimate.advise import changes, parse_gpu
     from gpufly.estimate.advise import fit as fit_one
 
@@ -260,8 +223,10 @@ def fit(
     if calibrate is not None:
         targets, calibration = _calibrated(targets, calibrate, catalog)
     spec = _load(model, exact)
-    base = _job(spec, task, quant, ctx, batch, kv, engine, optimizer, zero, checkpointing, lora_rank, fp32,
-                lora_targets, fsdp, gpu_memory_utilization)
+    base = Job.from_options(spec, task=task, quant=quant, context=ctx, batch=batch, kv_format=kv, engine=engine,
+                            optimizer=optimizer, zero=zero, checkpointing=checkpointing, lora_rank=lora_rank,
+                            fp32=fp32, lora_targets=lora_targets, fsdp=fsdp,
+                            gpu_memory_utilization=gpu_memory_utilization)
     out = console()
     solve = {"max_ctx": max_ctx, "max_batch": max_batch}
     if not targets:
@@ -273,7 +238,7 @@ def fit(
         verdict = fit_one(spec, target, job)
         results.append((verdict, changes(verdict), _solve(spec, target, job, solve)))
     if json_out:
-        print_json({"schema_version": SCHEMA_VERSION, "model": spec.to_dict(), "job": base.__dict__,
+        print_json({"schema_version": SCHEMA_VERSION, "model": spec.to_dict(), "job": base.to_dict(),
                     "results": [{**v.to_dict(), "changes": [c.to_dict() for c in ch], **solved}
                                 for v, ch, solved in results]})
         if not all(v.fits for v, _, _ in results):
@@ -306,6 +271,7 @@ def recommend(
     json_out: Json = False,
 ) -> None:
     """Rank catalog GPUs (and how many of each) that fit MODEL for this job."""
+    from gpufly.catalog import default_catalog
     from gpufly.estimate.advise import recommend as rank
 
     if top < 1:
@@ -313,11 +279,12 @@ def recommend(
     if budget is not None and not math.isfinite(budget):
         raise GpuflyError(f"--budget must be a number of dollars, got {budget}", hint="e.g. --budget 5000")
     spec = _load(model)
-    job = _job(spec, task, quant, ctx, batch, kv, engine, optimizer, 0, checkpointing, lora_rank, fp32, lora_targets,
-               gpu_memory_utilization=gpu_memory_utilization)
+    job = Job.from_options(spec, task=task, quant=quant, context=ctx, batch=batch, kv_format=kv, engine=engine,
+                           optimizer=optimizer, checkpointing=checkpointing, lora_rank=lora_rank, fp32=fp32,
+                           lora_targets=lora_targets, gpu_memory_utilization=gpu_memory_utilization)
     picks = rank(spec, job, default_catalog(), budget_usd=budget, max_gpus=max_gpus, prefer=prefer)
     if json_out:
-        print_json({"schema_version": SCHEMA_VERSION, "model": spec.to_dict(), "job": job.__dict__,
+        print_json({"schema_version": SCHEMA_VERSION, "model": spec.to_dict(), "job": job.to_dict(),
                     "prefer": prefer, "budget_usd": budget, "picks": [p.to_dict() for p in picks[:top]]})
         return
     out = console()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
@@ -12,9 +12,11 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from gpufly import __version__
-from gpufly.catalog import GpuSpec, default_catalog
-from gpufly.catalog.query import METRICS, Filters, Metric, metric, rank, select
 from gpufly.cli.render import MISSING, console, number, print_json
+
+if TYPE_CHECKING:
+    from gpufly.catalog import GpuSpec
+    from gpufly.catalog.query import Metric
 
 app = typer.Typer(no_args_is_help=False, add_completion=False, help="The GPU catalog and ladder.")
 
@@ -76,6 +78,8 @@ def _build_table(specs: list[GpuSpec], columns: list[Metric], sort: Metric | Non
 def _table(specs: list[GpuSpec], sort: Metric | None, out: Console) -> Table:
     """The catalog table at the console's width: whole GPU names always, the sort column always, and as
     many of the other columns as fit, dropping the least used first (the caption names those left out)."""
+    from gpufly.catalog.query import METRICS
+
     columns = [METRICS[key] for key in _TABLE_METRICS]
     if sort is not None and sort.key not in _TABLE_METRICS:
         columns.append(sort)
@@ -121,6 +125,9 @@ def gpus(
     """List the GPU catalog: filter, rank, or draw the ladder."""
     if ctx.invoked_subcommand is not None:
         return
+    from gpufly.catalog import default_catalog
+    from gpufly.catalog.query import METRICS, Filters, metric, rank, select
+
     chosen = metric(sort) if sort else None
     filters = Filters(vendor=vendor, arch=arch, segment=segment, min_vram_gib=min_vram,
                       has=tuple(has or ()))
@@ -173,6 +180,9 @@ def show(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Show one GPU in full, with its sources."""
+    from gpufly.catalog import default_catalog
+    from gpufly.catalog.query import METRICS
+
     spec = default_catalog().get(name)
     if json_out:
         print_json({"schema_version": SCHEMA_VERSION, "gpu": spec.to_dict()})

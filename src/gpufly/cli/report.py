@@ -12,7 +12,6 @@ from rich.table import Table
 from gpufly.cli.render import MISSING, console, gib, print_json
 
 if TYPE_CHECKING:
-    from gpufly.bench.results import BenchRun
     from gpufly.doctor.checks import Finding
     from gpufly.report.machine import MachineReport
     from gpufly.report.models_fit import ModelFitRow
@@ -77,15 +76,6 @@ def render_machine(report: MachineReport, out: Console | None = None) -> None:
     out.print(gpus)
 
 
-def _quick_bench() -> BenchRun:
-    """The benchmark summary in quick mode, on cuda:0 when PyTorch sees a GPU, else the CPU."""
-    from gpufly.bench import open_device, run_benchmarks, select
-
-    target = open_device(None)
-    chosen, skipped = select(target.plan(quick=True), target.groups, [])
-    return run_benchmarks(target, chosen, settings={"device": target.label, "quick": True}, errors=skipped)
-
-
 def report(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     bench: Annotated[bool, typer.Option("--bench", help="Add a quick benchmark of this machine.")] = False,
@@ -95,60 +85,28 @@ def report(
 ) -> None:
     """Report on this machine: OS, CPU, RAM, each NVIDIA GPU with its catalog entry, the doctor's verdict,
     which popular models fit; with --bench, what the machine measures."""
-    from gpufly.doctor.checks import diagnose
-    from gpufly.doctor.probes import probe_all
-    from gpufly.report.machine import probe_machine
-    from gpufly.report.models_fit import model_fit_rows
+    from gpufly.report.build import build_report
 
-    machine = probe_machine()
-    rows = model_fit_rows(machine.gpu_types())
-    findings = diagnose(probe_all(import_frameworks=False))
-    profiled = _profile_summary(profile) if profile else None
-    tuned = _tune_summary(tune) if tune else None
-    measured = _quick_bench() if bench else None
+    built = build_report(bench=bench, profile=profile, tune=tune)
     if json_out:
-        print_json({"schema_version": 1, "machine": machine.to_dict(), "models": [r.to_dict() for r in rows],
-                    "doctor": [f.to_dict() for f in findings], "bench": measured.to_dict() if measured else None,
-                    "profile": profiled, "tune": tuned})
+        print_json(built.to_dict())
         return
-    render_machine(machine)
-    render_doctor_summary(findings, console())
-    if rows:
-        render_models(rows, console())
+    render_machine(built.machine)
+    render_doctor_summary(built.findings, console())
+    if built.models:
+        render_models(built.models, console())
     else:
         console().print("models: no catalog GPU here to fit models on; `gpufly recommend MODEL` ranks GPUs to get")
-    if measured is not None:
+    if built.bench is not None:
         from gpufly.cli.bench import render_run
 
-        render_run(measured, console())
-    if profiled is not None:
-        _render_profile(profiled)
-    if tuned is not None:
-        console().print(f"tune: {tuned['trials']} trials; best safe {tuned['best']} at {tuned['speedup']:.2f}x the "
-                        f"baseline ({tuned['unsafe']} unsafe, {tuned['failed']} failed)", markup=False)
-
-
-def _tune_summary(path: Path) -> dict[str, Any]:
-    from gpufly.errors import GpuflyError
-    from gpufly.tune.engine import ResultsLog
-
-    if not path.is_file():
-        raise GpuflyError(f"no tune results at {path}", "write them with `gpufly tune WORKLOAD --results FILE`")
-    log = ResultsLog(path)
-    best = log.best_safe_or_error()
-    done = list(log.done().values())
-    return {"trials": len(done), "best": best.name, "speedup": best.speedup, "knobs": best.knobs,
-            "unsafe": sum(r.status == "unsafe" for r in done),
-            "failed": sum(r.status in ("failed", "oom", "timeout") for r in done)}
-
-
-def _profile_summary(path: Path) -> dict[str, Any]:
-    from gpufly.profile.records import load_profile
-    from gpufly.profile.render import summary
-    from gpufly.profile.rules import diagnose
-
-    data = load_profile(path)
-    return summary(data, diagnose(data))
+        render_run(built.bench, console())
+    if built.profile is not None:
+        _render_profile(built.profile)
+    if built.tune is not None:
+        tuned = built.tune
+        console().print(f"tune: {tuned.trials} trials; best safe {tuned.best} at {tuned.speedup:.2f}x the "
+                        f"baseline ({tuned.unsafe} unsafe, {tuned.failed} failed)", markup=False)
 
 
 def _render_profile(profiled: dict[str, Any]) -> None:

@@ -69,6 +69,7 @@ class Fit:
 
 
 def fit(model: ModelSpec, gpu: GpuSpec, job: Job) -> Fit:
+    """The verdict for ``job`` on ``job.gpus`` of ``gpu``: memory per GPU (bytes) and predicted speed."""
     return Fit(model, gpu, job, memory(model, job), speed(model, gpu, job))
 
 

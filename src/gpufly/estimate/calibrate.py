@@ -10,6 +10,7 @@ case) is scaled down by what it lacks. So a measured ceiling replaces a datashee
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from gpufly.bench.results import BenchRun
 from gpufly.catalog.spec import GpuSpec
@@ -37,7 +38,7 @@ def calibrated_gpu(gpu: GpuSpec, run: BenchRun) -> tuple[GpuSpec, list[str]]:
     if run.device.catalog_id and run.device.catalog_id != gpu.id:
         raise GpuflyError(f"the bench results are for the {run.device.name}, not the {gpu.name}",
                           hint="leave out --gpu, or pass results measured on that card")
-    changes: dict[str, float] = {}
+    changes: dict[str, Any] = {}
     notes: list[str] = []
     for field, name in RATE_BENCHMARKS.items():
         result = run.result(name)

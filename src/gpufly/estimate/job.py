@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from gpufly.errors import GpuflyError, unknown_choice
+
+if TYPE_CHECKING:
+    from gpufly.models.spec import ModelSpec
 
 TASKS = ("infer", "lora", "qlora", "full")
 OPTIMIZERS = ("adamw", "adamw8bit", "sgd", "sgd-momentum", "adafactor")
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+FSDP_STAGES = {"full_shard": 3, "shard_grad_op": 2, "no_shard": 0}
+"""FSDP sharding strategies and the ZeRO stage each equals in memory (llm-analysis README)."""
 
 
 @dataclass(frozen=True)
@@ -52,12 +58,64 @@ class Job:
             raise GpuflyError(f"--gpu-memory-utilization must be within 0.05..1, got {self.gpu_memory_utilization}",
                               hint="e.g. --gpu-memory-utilization 0.9 (vLLM's default)")
 
+    @classmethod
+    def from_options(cls, spec: ModelSpec, *, task: str = "infer", quant: str | None = None, context: int = 4096,
+                     batch: int = 1, kv_format: str = "fp16", engine: str | None = None, optimizer: str = "adamw",
+                     zero: int = 0, checkpointing: bool = False, lora_rank: int = 16, fp32: bool = False,
+                     lora_targets: str | None = None, fsdp: str | None = None,
+                     gpu_memory_utilization: float = 0.9) -> Job:
+        """The Job a person's options describe for ``spec``, as `gpufly fit` and `recommend` take them.
+
+        A GGUF file brings its own format (and llama.cpp for inference) as the defaults, and options the user gave
+        win; ``fp32`` turns the default bf16 into fp32 and mixed precision off; an FSDP strategy is the ZeRO stage
+        it equals in memory; ``lora_targets`` is a comma-separated list, checked against the model's own linear
+        layers (the default: those of DEFAULT_LORA_TARGETS the model has).
+        """
+        from gpufly.estimate.engines import engine as check_engine
+        from gpufly.estimate.formats import kv_bytes, weight_format
+        from gpufly.estimate.memory import lora_targets as resolve_targets
+
+        from_file = spec.weight_format if spec.source.startswith("gguf:") else None
+        quant = quant or (from_file.lower() if from_file else "bf16")
+        fmt = weight_format(quant)
+        kv_bytes(kv_format)
+        if engine is None:
+            gguf = from_file or fmt.engine_family == "gguf"
+            engine = "llama.cpp" if gguf and task == "infer" else "transformers"
+        check_engine(engine)
+        if fp32 and quant == "bf16":
+            quant = "fp32"
+        if fsdp is not None:
+            if fsdp.lower() not in FSDP_STAGES:
+                raise unknown_choice("FSDP strategy", fsdp, FSDP_STAGES)
+            zero = FSDP_STAGES[fsdp.lower()]
+        targets = _target_list(lora_targets)
+        if task in ("lora", "qlora"):
+            targets = resolve_targets(spec, targets if lora_targets is not None else None)
+        return cls(task=task, quant=quant, context=context, batch=batch, kv_format=kv_format, engine=engine,
+                   optimizer=optimizer, zero=zero, checkpointing=checkpointing, lora_rank=lora_rank,
+                   mixed_precision=not fp32, lora_targets=targets, gpu_memory_utilization=gpu_memory_utilization)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
     @property
     def training(self) -> bool:
         return self.task != "infer"
 
-    def with_(self, **changes: object) -> Job:
+    def with_(self, **changes: Any) -> Job:
         return replace(self, **changes)
+
+
+def _target_list(option: str | None) -> tuple[str, ...]:
+    """The modules ``--lora-targets a,b`` names; the defaults when it is not given."""
+    if option is None:
+        return DEFAULT_LORA_TARGETS
+    targets = tuple(t.strip() for t in option.split(",") if t.strip())
+    if not targets:
+        example = ",".join(DEFAULT_LORA_TARGETS)
+        raise GpuflyError("--lora-targets names no module", hint=f"e.g. --lora-targets {example}")
+    return targets
 
 
 def _bad(kind: str, value: str, choices: tuple[str, ...]) -> None:

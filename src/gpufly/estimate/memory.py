@@ -341,4 +341,5 @@ def training_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
 
 
 def memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
+    """The memory one GPU needs for the job, item by item in bytes (weights, KV cache, activations, ...)."""
     return training_memory(spec, job) if job.training else inference_memory(spec, job)

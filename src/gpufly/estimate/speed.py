@@ -179,6 +179,7 @@ def training_step_s_per_sample(spec: ModelSpec, gpu: GpuSpec, job: Job) -> float
 
 
 def training_speed(spec: ModelSpec, gpu: GpuSpec, job: Job) -> Speed:
+    """Training throughput on ``job.gpus`` GPUs (data parallel), from the seconds per sample on one."""
     per_sample = training_step_s_per_sample(spec, gpu, job)
     if per_sample is None:
         if peak_flops(gpu, _training_dtype(job)) is None:
@@ -208,4 +209,5 @@ def inference_speed(spec: ModelSpec, gpu: GpuSpec, job: Job, prompt_tokens: int 
 
 
 def speed(spec: ModelSpec, gpu: GpuSpec, job: Job) -> Speed:
+    """Predicted decode and prefill tokens/s for inference, or training tokens (samples)/s."""
     return training_speed(spec, gpu, job) if job.training else inference_speed(spec, gpu, job)

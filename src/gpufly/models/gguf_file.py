@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpufly.errors import GpuflyError
+from gpufly.extras import require
 from gpufly.models.spec import Attention, ModelSpec, MoE
 
 if TYPE_CHECKING:
@@ -137,8 +138,7 @@ def _shard_paths(path: Path, count: int) -> list[Path]:
 def _read_file(path: Path) -> tuple[_Header, list[_Tensor]]:
     """One GGUF file's header and tensor table; every failure becomes a GpuflyError."""
     _check_magic(path)
-    import gguf
-
+    gguf = require("gguf", "reading a .gguf file")
     try:
         reader = gguf.GGUFReader(path)
         header = _header(reader, str(path))
