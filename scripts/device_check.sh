@@ -57,7 +57,9 @@ cp "$WORK/bench.json" "$OUT/bench.json" 2>/dev/null
 # The gpu-marked tests, named by file: pytest imports every module it collects before -m deselects, and modules
 # elsewhere import packages this image may lack. The bench tests read the run above instead of a second bench.
 GPU_TESTS=$(grep -rl --include='test_*.py' -E 'mark\.gpu' tests | sort)
-step pytest_gpu 200 env GPUFLY_BENCH_RUN="$WORK/bench.json" "$PY" -m pytest -m gpu -q -rs -p no:cacheprovider $GPU_TESTS
+# pyproject's addopts spread tests over CPUs with pytest-xdist, which the image may lack: plain options here.
+step pytest_gpu 200 env GPUFLY_BENCH_RUN="$WORK/bench.json" "$PY" -m pytest -o addopts="--strict-markers" -m gpu -q -rs \
+    -p no:cacheprovider $GPU_TESTS
 step doctor_deep 45 "${GF[@]}" doctor --deep --json
 step doctor 20 "${GF[@]}" doctor --save "$WORK/facts.json"
 step report 20 "${GF[@]}" report --json

@@ -9,6 +9,7 @@ WHEELS=(
     typer==0.28.0                    # the range pyproject allows; newer ones start slower
     textual==8.2.8 mdit-py-plugins==0.7.0 platformdirs==4.14.9
     gguf==0.19.0
+    msgspec==0.22.0                  # gpufly's record loader (a core dependency)
     jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1
     torchao==0.17.0                  # the first release that is ABI-stable against torch 2.11 and newer
 )
