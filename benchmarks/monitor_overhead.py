@@ -20,9 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.fakes.pynvml_fake import FakePynvml  # noqa: E402
+from tests.fakes.nvml import fake_nvml  # noqa: E402
 
-from gpufly.monitor.backends.live import LiveBackend, read_host  # noqa: E402
+from gpufly.hw import read_host  # noqa: E402
+from gpufly.monitor.backends.live import LiveBackend  # noqa: E402
 from gpufly.monitor.backends.replay import ReplayBackend  # noqa: E402
 from gpufly.monitor.sampler import Backend  # noqa: E402
 
@@ -42,7 +43,7 @@ def measure(backend: Backend, samples: int, warmup: int) -> dict[str, float]:
 
 
 def fake_busy_node() -> LiveBackend:
-    fake = FakePynvml.from_fixture("monitor/nvml_live.json")
+    fake = fake_nvml("monitor/nvml_live.json")
     me = os.getpid()
     fake.set_processes(0, [{"pid": me, "used_memory": 2**30}, {"pid": os.getppid(), "used_memory": 2**29}])
     fake.set_processes(1, [{"pid": me, "used_memory": 2**30}])

@@ -23,10 +23,7 @@ must fail on a wrong answer, never on a slow machine."""
 
 
 def _has_nvidia_gpu() -> bool:
-    try:
-        from gpufly.hw.nvml import Nvml
-    except ImportError:
-        from gpufly.monitor.backends.nvml import Nvml  # type: ignore[no-redef]
+    from gpufly.hw import Nvml
 
     nvml = Nvml()
     if not nvml.open().available:

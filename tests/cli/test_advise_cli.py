@@ -6,14 +6,12 @@ import importlib.util
 import json
 from pathlib import Path
 
-import pynvml
 import pytest
 from gguf import GGMLQuantizationType as Q
 from gguf import LlamaFileType
 
 from gpufly.models.meta import transformers_available
-from tests.conftest import CliResult
-from tests.fakes.pynvml_fake import FakePynvml
+from tests.fakes.nvml import nvml_env
 from tests.models.test_gguf_file import llama_meta, llama_tensors, write_gguf
 
 LLAMA = str(Path(__file__).parent.parent / "fixtures" / "configs" / "llama-3.1-8b")
@@ -58,23 +56,12 @@ def test_max_ctx_solves_for_the_longest_context(cli) -> None:
     assert json.loads(beyond.stdout)["results"][0]["fits"] is False
 
 
-def run_with_nvml(monkeypatch, capsys, fake: FakePynvml, *args: str) -> CliResult:
-    """`gpufly ARGS` in this process, with NVML answered by the repo's fake pynvml."""
-    from gpufly.cli.main import main
-
-    monkeypatch.setattr("gpufly.monitor.backends.nvml._load_pynvml", lambda: fake)
-    monkeypatch.setenv("COLUMNS", "160")
-    with pytest.raises(SystemExit) as done:
-        main(list(args))
-    captured = capsys.readouterr()
-    return CliResult(int(done.value.code or 0), captured.out, captured.err)
+NO_DRIVER = nvml_env("hw/no_driver.json")
+TWO_GPUS = nvml_env("nvml_two_gpus.json")
 
 
-NO_DRIVER = FakePynvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
-
-
-def test_fit_without_a_gpu_here_shows_the_catalog(monkeypatch, capsys) -> None:
-    result = run_with_nvml(monkeypatch, capsys, NO_DRIVER, "fit", LLAMA, "--json")
+def test_fit_without_a_gpu_here_shows_the_catalog(cli) -> None:
+    result = cli("fit", LLAMA, "--json", env=NO_DRIVER)
     assert result.code == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["gpus_on_this_machine"] == 0 and "results" not in data
@@ -85,30 +72,29 @@ def test_fit_without_a_gpu_here_shows_the_catalog(monkeypatch, capsys) -> None:
     assert frees == sorted(frees, reverse=True)
 
 
-def test_catalog_view_solves_max_ctx_and_max_batch_per_gpu(monkeypatch, capsys) -> None:
-    result = run_with_nvml(monkeypatch, capsys, NO_DRIVER, "fit", LLAMA, "--max-ctx", "--max-batch", "--json")
+def test_catalog_view_solves_max_ctx_and_max_batch_per_gpu(cli) -> None:
+    result = cli("fit", LLAMA, "--max-ctx", "--max-batch", "--json", env=NO_DRIVER)
     rows = {row["gpu"]: row for row in json.loads(result.stdout)["catalog"]}
-    single = json.loads(run_with_nvml(monkeypatch, capsys, NO_DRIVER, "fit", LLAMA, "--gpu", "4090", "--max-ctx",
-                                      "--max-batch", "--json").stdout)["results"][0]
+    single = json.loads(cli("fit", LLAMA, "--gpu", "4090", "--max-ctx",
+                                      "--max-batch", "--json", env=NO_DRIVER).stdout)["results"][0]
     assert rows["rtx-4090"]["max_ctx"] == single["max_ctx"] and rows["rtx-4090"]["max_batch"] == single["max_batch"]
     assert rows["h100-sxm"]["max_batch"] > rows["rtx-4090"]["max_batch"]
     too_small = [row for row in rows.values() if not row["fits"]]
     assert too_small and all(row["max_batch"] is None for row in too_small), "batch 1 does not fit there"
-    text = run_with_nvml(monkeypatch, capsys, NO_DRIVER, "fit", LLAMA, "--max-ctx")
+    text = cli("fit", LLAMA, "--max-ctx", env=NO_DRIVER)
     header = next(line for line in text.stdout.splitlines() if "GPU" in line and "VRAM" in line)
     assert "max ctx" in header and "max batch" not in header
     assert f"{single['max_ctx']:,}" in next(line for line in text.stdout.splitlines() if "RTX 4090 " in line)
 
 
-def test_fit_uses_this_machines_gpus(monkeypatch, capsys) -> None:
-    fake = FakePynvml.from_fixture("nvml_two_gpus.json")
-    result = run_with_nvml(monkeypatch, capsys, fake, "fit", LLAMA, "--ctx", "8192", "--max-ctx", "--json")
+def test_fit_uses_this_machines_gpus(cli) -> None:
+    result = cli("fit", LLAMA, "--ctx", "8192", "--max-ctx", "--json", env=TWO_GPUS)
     assert result.code == 0, result.stderr
     data = json.loads(result.stdout)
     assert "catalog" not in data
     assert [(row["gpu"], row["gpus"]) for row in data["results"]] == [("h100-sxm", 1), ("a100-sxm4-80gb", 1)]
     assert all(row["fits"] and row["max_ctx"] == 131072 for row in data["results"])
-    text = run_with_nvml(monkeypatch, capsys, FakePynvml.from_fixture("nvml_two_gpus.json"), "fit", LLAMA)
+    text = cli("fit", LLAMA, env=TWO_GPUS)
     assert "fits on H100 SXM" in text.stdout and "fits on A100 80GB SXM" in text.stdout
 
 

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pynvml
@@ -22,52 +21,12 @@ from gpufly.doctor.probes import (
     probe_frameworks,
     probe_toolkit,
 )
-from tests.fakes.pynvml_fake import FakePynvml
+from gpufly.hw.fake_nvml import FakePynvml
+from tests.fakes.nvml import fake_nvml
 
 PROBES = Path(__file__).parent.parent / "fixtures" / "doctor" / "probes"
 GIB = 1024**3
 MIB = 1024**2
-
-
-class DoctorFakePynvml(FakePynvml):
-    """The shared fake plus the calls the doctor makes: free memory, PCIe link, MIG, persistence, processes."""
-
-    def _field(self, handle: int, call: str, key: str) -> Any:
-        return self._device(handle, call)[key]
-
-    def nvmlDeviceGetMemoryInfo(self, handle: int) -> SimpleNamespace:
-        device = self._device(handle, "nvmlDeviceGetMemoryInfo")
-        total, free = device["memory_total"], device["memory_free"]
-        return SimpleNamespace(total=total, free=free, used=total - free)
-
-    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: int) -> int:
-        return self._field(handle, "nvmlDeviceGetCurrPcieLinkGeneration", "pcie")["gen_current"]
-
-    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: int) -> int:
-        return self._field(handle, "nvmlDeviceGetMaxPcieLinkGeneration", "pcie")["gen_max"]
-
-    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: int) -> int:
-        return self._field(handle, "nvmlDeviceGetCurrPcieLinkWidth", "pcie")["width_current"]
-
-    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: int) -> int:
-        return self._field(handle, "nvmlDeviceGetMaxPcieLinkWidth", "pcie")["width_max"]
-
-    def nvmlDeviceGetMigMode(self, handle: int) -> list[int]:
-        return self._field(handle, "nvmlDeviceGetMigMode", "mig_mode")
-
-    def nvmlDeviceGetPersistenceMode(self, handle: int) -> int:
-        return self._field(handle, "nvmlDeviceGetPersistenceMode", "persistence_mode")
-
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[SimpleNamespace]:
-        processes = self._field(handle, "nvmlDeviceGetComputeRunningProcesses", "processes")
-        return [SimpleNamespace(pid=p["pid"], usedGpuMemory=p["used_memory"]) for p in processes]
-
-    def nvmlSystemGetProcessName(self, pid: int) -> bytes:
-        for device in self._data["devices"]:
-            for process in device.get("processes", []):
-                if process["pid"] == pid:
-                    return process["name"].encode()
-        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
 
 
 def no_nvml() -> FakePynvml:
@@ -112,7 +71,7 @@ def smi(name: str, gpu_fixture: str | None = None) -> Replay:
 
 
 def test_nvml_gives_driver_gpus_links_and_processes() -> None:
-    driver, gpus = probe_driver_and_gpus(DoctorFakePynvml.from_fixture("doctor/probes/nvml_two_gpus_degraded.json"),
+    driver, gpus = probe_driver_and_gpus(fake_nvml("hw/nvml_degraded_pcie.json"),
                                          run=Replay({}))
     assert driver == DriverFact(found=True, version="550.54.15", cuda_version="12.4", source="nvml")
     a6000, a100 = gpus
@@ -125,7 +84,7 @@ def test_nvml_gives_driver_gpus_links_and_processes() -> None:
 
 
 def test_nvml_lost_gpu_and_unsupported_fields_are_none() -> None:
-    _, gpus = probe_driver_and_gpus(FakePynvml.from_fixture("nvml_two_gpus.json", lost=(1,)), run=Replay({}))
+    _, gpus = probe_driver_and_gpus(fake_nvml("nvml_two_gpus.json", lost=(1,)), run=Replay({}))
     h100, lost = gpus
     assert (h100.name, h100.compute_capability, h100.memory_total_bytes) == ("NVIDIA H100 80GB HBM3", "9.0",
                                                                               85520809984)
@@ -135,7 +94,7 @@ def test_nvml_lost_gpu_and_unsupported_fields_are_none() -> None:
 
 def test_nvml_answers_first_so_nvidia_smi_is_not_run() -> None:
     run = smi("rtx4090")
-    probe_driver_and_gpus(DoctorFakePynvml.from_fixture("doctor/probes/nvml_two_gpus_degraded.json"), run=run)
+    probe_driver_and_gpus(fake_nvml("hw/nvml_degraded_pcie.json"), run=run)
     assert run.calls == []
 
 

@@ -35,12 +35,15 @@ class Served:
 
 
 @contextmanager
-def serving(*args: str, replay: Path | None = RECORDING, interval: float = 0.1) -> Iterator[Served]:
-    """`gpufly serve --port 0 --json` (plus ``args``); yields once the first line says where it listens."""
+def serving(*args: str, replay: Path | None = RECORDING, interval: float = 0.1,
+            env: dict[str, str] | None = None) -> Iterator[Served]:
+    """`gpufly serve --port 0 --json` (plus ``args``, with ``env`` over this environment); yields once the first
+    line says where it listens."""
     command = [sys.executable, "-m", "gpufly", "serve", "--port", "0", "--json", "--interval", str(interval), *args]
     if replay is not None:
         command += ["--replay", str(replay)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, **(env or {})})
     try:
         line = process.stdout.readline() if process.stdout else ""
         if not line:
@@ -66,11 +69,3 @@ def require_program(name: str) -> str:
     if os.environ.get("CI"):
         pytest.fail(f"{reason}: CI must install it (.ci/run does)")
     pytest.skip(reason)
-
-
-def skip_if_this_machine_has_a_gpu() -> None:
-    """For the "no GPU here" tests: on a GPU machine they would see the GPU, rightly."""
-    from tests.conftest import _has_nvidia_gpu
-
-    if _has_nvidia_gpu():
-        pytest.skip("this machine has an NVIDIA GPU")

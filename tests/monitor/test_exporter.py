@@ -9,9 +9,10 @@ from pathlib import Path
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpufly.hw import GpuSample, HostSample
 from gpufly.monitor.backends.replay import ReplayBackend
 from gpufly.monitor.exporter import GPU_LABELS, exporter_registry
-from gpufly.monitor.sample import GpuSample, HostSample, Snapshot
+from gpufly.monitor.sample import Snapshot
 from gpufly.monitor.sampler import History
 
 RECORDING = Path(__file__).parent.parent / "fixtures" / "monitor" / "two_gpus.jsonl"

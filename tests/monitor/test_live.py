@@ -11,14 +11,15 @@ import psutil
 import pynvml
 import pytest
 
-from gpufly.monitor.backends.live import LiveBackend, container_of, throttle_reason_names
+from gpufly.hw.fake_nvml import FakePynvml
+from gpufly.monitor.backends.live import LiveBackend, container_of
 from gpufly.monitor.format import no_gpu_line
-from tests.fakes.pynvml_fake import FakePynvml
+from tests.fakes.nvml import fake_nvml
 
 
 @pytest.fixture
 def fake() -> FakePynvml:
-    return FakePynvml.from_fixture("monitor/nvml_live.json")
+    return fake_nvml("monitor/nvml_live.json")
 
 
 def test_recorded_fields_come_back_in_base_units(fake: FakePynvml) -> None:
@@ -80,7 +81,7 @@ def test_processes_join_psutil_and_one_that_exited_is_skipped(fake: FakePynvml) 
 def test_per_process_sm_share_takes_the_newest_sample_and_only_new_ones(fake: FakePynvml) -> None:
     me = os.getpid()
     fake.set_processes(0, [{"pid": me, "used_memory": 1024}])
-    device = fake._data["devices"][0]
+    device = fake.device_data(0)
     device["process_utilization"] = [{"pid": me, "sm": 40, "time": 100}, {"pid": me, "sm": 55, "time": 200},
                                      {"pid": 99999999, "sm": 70, "time": 150}]  # not in the process list
     backend = LiveBackend(fake)
@@ -99,12 +100,6 @@ def test_no_driver_gives_the_host_and_one_line() -> None:
     assert len(snapshot.host.cpu_percent_per_core) == psutil.cpu_count()
     assert no_gpu_line(snapshot) == (
         "no NVIDIA GPU to monitor on box: NVML library not found (no NVIDIA driver installed); showing the host only")
-
-
-def test_throttle_bits_are_nvmls() -> None:
-    assert throttle_reason_names(pynvml.nvmlClocksThrottleReasonHwSlowdown) == ["hw_slowdown"]
-    assert throttle_reason_names(pynvml.nvmlClocksThrottleReasonSwThermalSlowdown) == ["sw_thermal_slowdown"]
-    assert throttle_reason_names(0) == []
 
 
 @pytest.mark.parametrize(("cgroup", "expected"), [

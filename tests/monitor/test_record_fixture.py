@@ -1,4 +1,4 @@
-"""scripts/record_nvml_fixture.py writes what the fake pynvml reads: recording the fake gives back its fixture."""
+"""scripts/record_nvml_fixture.py writes what the fake NVML reads: a recording reads as the machine it recorded."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from typing import Any
 import pynvml
 import pytest
 
-from gpufly.monitor.backends.nvml import Nvml
-from tests.fakes.pynvml_fake import FIXTURES, FakePynvml
+from gpufly.doctor.probes import probe_driver_and_gpus
+from gpufly.hw import GpuReader, Nvml
+from gpufly.hw.fake_nvml import FakePynvml
+from tests.fakes.nvml import FIXTURES
 
 SCRIPT = Path(__file__).parent.parent.parent / "scripts" / "record_nvml_fixture.py"
 
@@ -26,47 +28,48 @@ def recorder() -> ModuleType:
     return module
 
 
-def _fixture() -> dict[str, Any]:
-    return json.loads((FIXTURES / "nvml_two_gpus.json").read_text())
+def _fixture(name: str = "monitor/nvml_live.json") -> dict[str, Any]:
+    return json.loads((FIXTURES / name).read_text())
 
 
-def _answered(fixture: dict[str, Any], recorder: ModuleType) -> dict[str, Any]:
-    """The fixture less the values behind its not-supported calls, which the fake never gives out.
-
-    The hand-written nvml_two_gpus.json keeps a pci_bus_id for a GPU whose nvmlDeviceGetPciInfo is not
-    supported; no recording can see such a value, so the round trip compares what the fake answers.
-    """
-    keys = {call: names for call, names, _ in recorder.DEVICE_CALLS}
-    answered = json.loads(json.dumps(fixture))
-    for device in answered["devices"]:
-        for call in device["not_supported"]:
-            for key in keys[call]:
-                device.pop(key, None)
-    return answered
+def _read(fixture: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+    """What gpufly's reader sees on the machine a fixture describes: every GPU's static facts and a sample."""
+    with Nvml(FakePynvml(json.loads(json.dumps(fixture)))) as nvml:
+        assert nvml.open().available
+        reader = GpuReader(nvml)
+        return reader.devices(), [reader.sample(index) for index in range(reader.count())]
 
 
-def test_recording_the_fake_gives_back_the_fixture_it_was_fed(recorder: ModuleType) -> None:
-    fixture = _fixture()
+@pytest.mark.parametrize("name", ["monitor/nvml_live.json", "hw/nvml_degraded_pcie.json", "nvml_two_gpus.json"])
+def test_a_recording_reads_as_the_machine_it_recorded(recorder: ModuleType, name: str) -> None:
+    fixture = _fixture(name)
     warnings: list[str] = []
-    recorded = recorder.record(FakePynvml(fixture), description=fixture["description"], warn=warnings.append)
-    assert recorded == _answered(fixture, recorder)
-    assert recorded["devices"][0] == fixture["devices"][0], "a fully supported GPU comes back as it went in"
+    recorded = recorder.record(FakePynvml(json.loads(json.dumps(fixture))), description="test", warn=warnings.append)
+    assert _read(recorded) == _read(fixture)
     assert warnings == []
-    again = recorder.record(FakePynvml(json.loads(json.dumps(recorded))), description=fixture["description"])
+    again = recorder.record(FakePynvml(json.loads(json.dumps(recorded))), description="test")
     assert again == recorded, "a recording records back to itself exactly"
 
 
-def test_a_recording_replays_as_the_same_devices(recorder: ModuleType, tmp_path: Path) -> None:
-    fixture = _fixture()
-    fixture["devices"][0]["memory_used"] = 2 * 1024**3
+def test_main_writes_the_file_and_it_replays(recorder: ModuleType, tmp_path: Path) -> None:
     out = tmp_path / "recorded.json"
-    assert recorder.main([str(out), "--description", "test"], lib=FakePynvml(json.loads(json.dumps(fixture)))) == 0
+    assert recorder.main([str(out), "--description", "test"], lib=FakePynvml(_fixture())) == 0
     recorded = json.loads(out.read_text())
-    assert recorded["devices"][0]["memory_used"] == 2 * 1024**3
-    with Nvml(FakePynvml(fixture)) as original, Nvml(FakePynvml(recorded)) as replayed:
-        assert original.open().available and replayed.open().available
-        assert replayed.devices() == original.devices()
+    assert recorded["devices"][0]["memory_used"] == 61203283968
+    with Nvml(FakePynvml(recorded)) as replayed:
+        assert replayed.open().available
         assert (replayed.driver_version(), replayed.cuda_driver_version()) == ("550.54.15", "12.4")
+
+
+def test_an_older_call_that_answers_is_recorded_under_the_newer_ones_key(recorder: ModuleType) -> None:
+    fixture = _fixture()
+    fixture["devices"][0]["not_supported"].append("nvmlDeviceGetEnforcedPowerLimit")
+    older = FakePynvml(fixture)
+    older.nvmlDeviceGetPowerManagementLimit = lambda handle: 350_000  # type: ignore[attr-defined]
+    recorded = recorder.record(older, description="test")
+    assert recorded["devices"][0]["power_limit_mw"] == 350_000
+    assert "nvmlDeviceGetEnforcedPowerLimit" not in recorded["devices"][0]["not_supported"]
+    assert _read(recorded)[1][0].power_limit_w == 350.0
 
 
 class Spy:
@@ -87,17 +90,25 @@ class Spy:
         return call
 
 
-def test_the_recorder_makes_every_call_the_backend_makes(recorder: ModuleType) -> None:
+def test_the_recorder_makes_every_call_the_reader_makes_that_the_fake_replays(recorder: ModuleType) -> None:
+    """A call the fake has no answer for reads as not supported in any replay, so recording it would change nothing:
+    a new metric needs no recorder change until the fake learns its call, and then this test asks for both."""
+    replayable = {name for name in vars(FakePynvml) if name.startswith("nvml")}
     spy = Spy(FakePynvml(_fixture()))
-    with Nvml(spy) as nvml:  # type: ignore[arg-type]
+    with Nvml(spy) as nvml:
         nvml.open()
-        nvml.devices()
+        reader = GpuReader(nvml)
+        for index in range(reader.count()):
+            reader.sample(index)
         nvml.driver_version()
         nvml.cuda_driver_version()
-    assert spy.called and spy.called <= recorder.RECORDED_CALLS
+    doctor = Spy(FakePynvml(_fixture("hw/nvml_degraded_pcie.json")))
+    probe_driver_and_gpus(doctor)
+    asked = (spy.called | doctor.called) & replayable
+    assert asked and asked <= recorder.RECORDED_CALLS
     recording = Spy(FakePynvml(_fixture()))
     recorder.record(recording)  # type: ignore[arg-type]
-    assert spy.called <= recording.called
+    assert spy.called & replayable <= recording.called
 
 
 def test_no_driver_is_one_error_line(recorder: ModuleType, tmp_path: Path,

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
-import time
+import threading
 from pathlib import Path
 
 import pytest
 
 from gpufly.errors import GpuflyError
+from gpufly.hw import GpuSample, ProcessSample
 from gpufly.monitor.backends.replay import ReplayBackend, read_recording
-from gpufly.monitor.sample import GpuSample, ProcessSample, Snapshot
+from gpufly.monitor.sample import Snapshot
 from gpufly.monitor.sampler import History, Sampler
 
 RECORDING = Path(__file__).parent.parent / "fixtures" / "monitor" / "two_gpus.jsonl"
+PATIENCE_S = 60.0
+"""How long a test waits for the sampler thread to reach a count: a bound for a hung thread, not a timing."""
 
 
 def _snapshot(t: float, power: float | None, energy: float | None = None, reasons: list[str] | None = None,
@@ -49,24 +52,93 @@ def test_throttle_seconds_count_slowdowns_only() -> None:
     assert history.throttle_seconds(0) == {"sw_power_cap": 4.0}, "gpu_idle is not a slowdown; the last is open"
 
 
-def test_sampler_thread_samples_at_its_interval_and_feeds_listeners() -> None:
+class FakeClock:
+    """The sampler's clock and wait: waiting moves time on at once, and each wait is noted."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.waits: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def wait(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.now += seconds
+
+
+def test_run_takes_count_samples_keeping_to_the_interval() -> None:
+    clock = FakeClock()
     seen: list[Snapshot] = []
-    sampler = Sampler(ReplayBackend(RECORDING), interval=0.02, listeners=[seen.append]).start()
-    time.sleep(0.3)
+
+    def costs_a_third_of_a_second(_: Snapshot) -> None:
+        clock.now += 0.3
+
+    sampler = Sampler(ReplayBackend(RECORDING), interval=1.0, listeners=[seen.append, costs_a_third_of_a_second],
+                      clock=clock, wait=clock.wait)
+    assert sampler.run(count=4) == 4
+    assert len(seen) == sampler.history.samples == 4
+    assert clock.waits == pytest.approx([0.7, 0.7, 0.7]), "a slow sample shortens the next wait; none after the last"
+    assert [s.time for s in seen] == [s.time for s in read_recording(RECORDING)[0][:4]]
+
+
+def test_run_without_a_count_goes_until_stopped() -> None:
+    clock = FakeClock()
+    sampler = Sampler(ReplayBackend(RECORDING), interval=0.5, clock=clock, wait=clock.wait)
+
+    def stop_after_three(_: Snapshot) -> None:
+        if sampler.history.samples == 3:
+            sampler.stop()
+
+    sampler.listeners.append(stop_after_three)
+    assert sampler.run() == 3
+
+
+def test_in_the_foreground_a_listener_error_ends_the_run() -> None:
+    def full_disk(_: Snapshot) -> None:
+        raise GpuflyError("cannot write run.jsonl: No space left on device")
+
+    clock = FakeClock()
+    sampler = Sampler(ReplayBackend(RECORDING), listeners=[full_disk], clock=clock, wait=clock.wait)
+    with pytest.raises(GpuflyError, match="No space left"):
+        sampler.run(count=5)
+    assert clock.waits == []
+
+
+def test_sampler_thread_feeds_history_and_listeners_on_its_schedule() -> None:
+    clock = FakeClock()
+    seen: list[Snapshot] = []
+    five = threading.Event()
+
+    def listener(snapshot: Snapshot) -> None:
+        seen.append(snapshot)
+        if len(seen) == 5:
+            five.set()
+
+    sampler = Sampler(ReplayBackend(RECORDING), interval=2.0, listeners=[listener], clock=clock,
+                      wait=clock.wait).start()
+    assert five.wait(timeout=PATIENCE_S)
     sampler.stop()
-    assert 5 <= len(seen) <= 20 and sampler.history.samples == len(seen)
+    assert clock.waits[:4] == [2.0, 2.0, 2.0, 2.0]
+    assert sampler.history.samples == len(seen) >= 5
     assert sampler.cost_per_sample_s is not None and sampler.cost_per_sample_s > 0
 
 
-def test_a_failing_listener_does_not_stop_the_sampler() -> None:
+def test_a_failing_listener_does_not_stop_the_sampler_thread() -> None:
+    failures = threading.Event()
+
     def broken(_: Snapshot) -> None:
+        if len(sampler.errors) >= 1:
+            failures.set()
         raise OSError("No space left on device")
 
-    sampler = Sampler(ReplayBackend(RECORDING), interval=0.01, listeners=[broken]).start()
-    time.sleep(0.1)
+    clock = FakeClock()
+    sampler = Sampler(ReplayBackend(RECORDING), interval=0.01, listeners=[broken], clock=clock, wait=clock.wait)
+    sampler.start()
+    assert failures.wait(timeout=PATIENCE_S)
     sampler.stop()
-    assert sampler.errors and "No space left" in sampler.errors[0]
-    assert sampler.history.samples >= 2
+    assert "No space left" in sampler.errors[0]
+    assert sampler.history.samples >= 2, "it went on sampling after the first failure"
 
 
 def test_replay_plays_the_recording_in_order_and_loops() -> None:

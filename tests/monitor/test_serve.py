@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import itertools
 import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -14,13 +12,17 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpufly.monitor.exporter import DCGM_FIELDS, GPU_LABELS, MIG_LABELS
+from gpufly.monitor.exporter import GPU_LABELS, MIG_LABELS
+from gpufly.monitor.metrics import DCGM_METRICS
+from tests.fakes.nvml import nvml_env
 
-from .serving import serving, skip_if_this_machine_has_a_gpu
+from .serving import RECORDING, serving
 
 DCGM_EXPORTER_NAMES = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_POWER_USAGE",
                        "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK")
 """Names as DCGM-exporter's default counters file (default-counters.csv) spells them."""
+PATIENCE_S = 60.0
+"""How long a test polls a server for a count it must reach: a bound for a hung server, not a timing."""
 
 
 def _samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -59,7 +61,7 @@ def test_metrics_carry_dcgm_names_labels_and_base_unit_gpufly_names() -> None:
     clock_mhz = {lab["gpu"]: v for lab, v in samples["DCGM_FI_DEV_SM_CLOCK"]}
     clock_hz = {lab["gpu"]: v for lab, v in samples["gpufly_gpu_sm_clock_hertz"]}
     assert clock_hz["0"] == pytest.approx(clock_mhz["0"] * 1e6, rel=0.01)
-    assert all(field.name.startswith("DCGM_FI_") for field in DCGM_FIELDS)
+    assert all(metric.exporter.startswith("DCGM_FI_") for metric in DCGM_METRICS)
 
 
 def test_throttle_seconds_and_energy_grow_while_it_runs() -> None:
@@ -115,8 +117,11 @@ def test_read_only_and_command_lines_hidden_unless_asked() -> None:
 
 def test_history_api_grows_and_dashboard_files_are_served() -> None:
     with serving(interval=0.05) as served:
-        time.sleep(0.6)
         history = served.json("/api/history")
+        deadline = time.monotonic() + PATIENCE_S
+        while len(history["gpus"][0]["series"]["utilization_gpu_percent"]) < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            history = served.json("/api/history")
         page = served.get("/")
         script = served.get("/app.js")
     gpu0 = history["gpus"][0]
@@ -128,14 +133,13 @@ def test_history_api_grows_and_dashboard_files_are_served() -> None:
     assert "http" not in page[2].replace("http-equiv", ""), "the page loads nothing from elsewhere"
 
 
-def test_port_in_use_is_one_line_with_a_hint() -> None:
+def test_port_in_use_is_one_line_with_a_hint(cli) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = subprocess.run([sys.executable, "-m", "gpufly", "serve", "--port", str(port)], capture_output=True,
-                              text=True, timeout=30)
-    assert done.returncode == 2
+        done = cli("serve", "--port", str(port), "--replay", str(RECORDING))
+    assert done.code == 2
     assert f"port {port} on 127.0.0.1 is already in use" in done.stderr
     assert "hint:" in done.stderr and "Traceback" not in done.stderr
 
@@ -146,14 +150,22 @@ def test_port_in_use_is_one_line_with_a_hint() -> None:
                                                (["--port", "70000"], "--port must be between 0 and 65535"),
                                                (["--history", "1"], "--history must be at least 2"),
                                                (["--host", ""], "--host is empty")])
-def test_bad_options_are_one_line(args: list[str], message: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "gpufly", "serve", *args], capture_output=True, text=True, timeout=30)
-    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+def test_bad_options_are_one_line(cli, args: list[str], message: str) -> None:
+    done = cli("serve", *args, env=nvml_env("hw/no_driver.json"))
+    assert done.code == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_live_metrics_come_from_the_recorded_machine_through_the_nvml_fixture() -> None:
+    with serving(replay=None, env=nvml_env("monitor/nvml_live.json")) as served:
+        samples = _samples(served.get("/metrics")[2])
+    assert served.info["gpus"] == 2
+    power = {labels["gpu"]: value for labels, value in samples["DCGM_FI_DEV_POWER_USAGE"]}
+    assert power == {"0": pytest.approx(698.5), "1": pytest.approx(92.0)}
+    assert [labels["gpu"] for labels, _ in samples["DCGM_FI_DEV_GPU_UTIL"]] == ["0"], "none in MIG mode, not 0"
 
 
 def test_without_a_gpu_it_says_so_in_one_line_and_serves_the_host() -> None:
-    skip_if_this_machine_has_a_gpu()
-    with serving(replay=None) as served:
+    with serving(replay=None, env=nvml_env("hw/no_driver.json")) as served:
         samples = _samples(served.get("/metrics")[2])
     err = served.process.stderr.read() if served.process.stderr else ""
     assert "gpufly_host_memory_total_bytes" in samples

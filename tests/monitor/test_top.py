@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
+from gpufly.hw import FIXTURE_ENV, HostSample
 from gpufly.monitor.backends.replay import ReplayBackend
-from gpufly.monitor.sample import HostSample, Snapshot
+from gpufly.monitor.sample import Snapshot
 from gpufly.monitor.tui import GpuPanel, HelpScreen, TopApp
 from gpufly.monitor.views import ProcessView, bar, once_lines, sparkline
+from tests.fakes.nvml import FIXTURES, nvml_env
 
 RECORDING = Path(__file__).parent.parent / "fixtures" / "monitor" / "two_gpus.jsonl"
 
@@ -147,20 +148,35 @@ def test_without_a_gpu_the_screen_says_so_and_shows_the_host() -> None:
     _run(app, script)
 
 
-def _gpufly(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpufly", *args], capture_output=True, text=True, timeout=60)
-
-
-def test_once_prints_a_line_per_gpu_and_json_for_scripts() -> None:
-    done = _gpufly("top", "--once", "--replay", str(RECORDING))
-    assert done.returncode == 0, done.stderr
+def test_once_prints_a_line_per_gpu_and_json_for_scripts(cli) -> None:
+    done = cli("top", "--once", "--replay", str(RECORDING))
+    assert done.code == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines == once_lines(ReplayBackend(RECORDING).snapshot())
     assert lines[1].startswith("[0] NVIDIA H100 80GB HBM3 | 40C, 15% |") and "alice/4242" in lines[1]
     assert lines[-1].startswith("host  CPU 55%")
-    data = json.loads(_gpufly("top", "--once", "--json", "--replay", str(RECORDING)).stdout)
+    data = json.loads(cli("top", "--once", "--json", "--replay", str(RECORDING)).stdout)
     assert [g["name"] for g in data["gpus"]] == ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"]
     assert data["gpus"][0]["slowdown"] == "none" and data["no_gpu_line"] is None
+
+
+def test_once_reads_a_recorded_machine_through_the_nvml_fixture(cli) -> None:
+    done = cli("top", "--once", env=nvml_env("monitor/nvml_live.json"))
+    assert done.code == 0, done.stderr
+    h100, a100 = done.stdout.splitlines()[1:3]
+    assert h100.startswith("[0] NVIDIA H100 80GB HBM3 | 71C, 97% | 57.0 GiB / 79.6 GiB | 698 W / 700 W")
+    assert "slowdown: power cap" in h100
+    assert a100.startswith("[1] NVIDIA A100-SXM4-80GB | 38C, N/A |")
+
+
+def test_once_shows_a_gpu_the_fixture_marks_lost_and_the_other(cli, tmp_path: Path) -> None:
+    fixture = json.loads((FIXTURES / "monitor" / "nvml_live.json").read_text()) | {"lost": [0]}
+    (tmp_path / "lost.json").write_text(json.dumps(fixture))
+    done = cli("top", "--once", env={FIXTURE_ENV: str(tmp_path / "lost.json")})
+    assert done.code == 0, done.stderr
+    lost, alive = done.stdout.splitlines()[1:3]
+    assert lost == "[0] unknown GPU | LOST (fallen off the bus)"
+    assert alive.startswith("[1] NVIDIA A100-SXM4-80GB | 38C")
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -168,20 +184,28 @@ def test_once_prints_a_line_per_gpu_and_json_for_scripts() -> None:
     (["--interval", "-1"], "--interval must be positive"),
     (["--interval", "inf"], "at most 3600 seconds"),
     (["--interval", "nan"], "at most 3600 seconds"),
-    ([], "needs a terminal"),  # stdout is a pipe here
+    ([], "needs a terminal"),  # stdout is not a terminal here
 ])
-def test_bad_use_is_one_line_with_a_hint(args: list[str], message: str) -> None:
-    done = _gpufly("top", *args)
-    assert done.returncode == 2 and message in done.stderr and "hint:" in done.stderr
+def test_bad_use_is_one_line_with_a_hint(cli, args: list[str], message: str) -> None:
+    done = cli("top", *args, env=nvml_env("hw/no_driver.json"))
+    assert done.code == 2 and message in done.stderr and "hint:" in done.stderr
     assert "Traceback" not in done.stderr
 
 
-def test_once_without_a_gpu_says_so_in_one_line_and_shows_the_host() -> None:
-    from .serving import skip_if_this_machine_has_a_gpu
+def test_without_textual_top_names_the_extra(cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "textual", None)  # as if not installed: importing it raises ImportError
+    done = cli("top")
+    assert done.code == 2
+    error, hint = done.stderr.splitlines()
+    assert error == "error: gpufly top needs textual, which is not installed"
+    assert hint.startswith("hint: pip install 'gpufly[monitor]'")
+    assert cli("top", "--once", "--replay", str(RECORDING)).code == 0, "--once needs no textual"
 
-    skip_if_this_machine_has_a_gpu()
-    done = _gpufly("top", "--once")
-    assert done.returncode == 0
+
+def test_once_without_a_gpu_says_so_in_one_line_and_shows_the_host(cli) -> None:
+    done = cli("top", "--once", env=nvml_env("hw/no_driver.json"))
+    assert done.code == 0
     assert [line for line in done.stderr.splitlines() if line] == [done.stderr.strip()]
     assert done.stderr.startswith("no NVIDIA GPU to monitor on ") and "showing the host only" in done.stderr
+    assert "NVML library not found" in done.stderr
     assert done.stdout.splitlines()[-1].startswith("host  CPU ")

@@ -1,4 +1,6 @@
-"""`gpufly watch`: lines complete after a kill, rotation, and replay reading what watch wrote."""
+"""`gpufly watch`: lines complete after a kill, SIGTERM, rotation, errors, and replay reading what watch wrote.
+
+Only the kill and the signal need a real process; the rest runs the CLI in this process."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pytest
 from gpufly.errors import GpuflyError
 from gpufly.monitor.backends.replay import ReplayBackend, read_recording
 from gpufly.monitor.logger import CSV_COLUMNS, SampleLog
+from tests.fakes.nvml import nvml_env
 
 RECORDING = Path(__file__).parent.parent / "fixtures" / "monitor" / "two_gpus.jsonl"
 
@@ -94,24 +97,40 @@ def test_rotation_drops_the_oldest_beyond_keep(tmp_path: Path) -> None:
     assert newest.time == read_recording(RECORDING)[0][11].time
 
 
-def test_without_a_gpu_watch_says_so_once_and_logs_the_host(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "gpufly", "watch", "--count", "2", "--interval", "0.05", "--json"],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0
-    lines = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert len(lines) == 2 and all(line["host"]["memory_total_bytes"] > 0 for line in lines)
-    if not lines[0]["gpus"]:
-        assert proc.stderr.count("no NVIDIA GPU to monitor on") == 1
+def test_without_a_gpu_watch_says_so_once_and_logs_the_host(cli) -> None:
+    done = cli("watch", "--count", "2", "--interval", "0.01", "--json", env=nvml_env("hw/no_driver.json"))
+    assert done.code == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(lines) == 2 and all(line["host"]["memory_total_bytes"] > 0 and line["gpus"] == [] for line in lines)
+    assert done.stderr.count("no NVIDIA GPU to monitor on") == 1
 
 
-def test_bad_options_are_one_line_errors(tmp_path: Path) -> None:
+def test_watch_prints_a_line_per_sample_from_a_recorded_machine(cli) -> None:
+    done = cli("watch", "--count", "3", "--interval", "0.01", env=nvml_env("monitor/nvml_live.json"))
+    assert done.code == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 3 and done.stderr == ""
+    assert "[0] 97% 57.0 GiB/79.6 GiB 698 W 71 C slowdown power cap" in lines[0]
+    assert "[1] N/A 10.0 GiB/80.0 GiB 92 W 38 C slowdown none" in lines[0]
+
+
+def test_count_writes_that_many_samples_and_says_so(cli, tmp_path: Path) -> None:
+    out = tmp_path / "run.csv"
+    done = cli("watch", "--count", "3", "--interval", "0.01", "--replay", str(RECORDING), "-o", str(out))
+    assert done.code == 0, done.stderr
+    assert f"wrote 3 samples to {out}" in done.stderr
+    snapshots, _ = read_recording(out)
+    assert [s.time for s in snapshots] == [s.time for s in read_recording(RECORDING)[0][:3]]
+
+
+def test_bad_options_are_one_line_errors(cli, tmp_path: Path) -> None:
     with pytest.raises(GpuflyError, match="cannot tell the format"):
         SampleLog(tmp_path / "x.txt")
     with pytest.raises(GpuflyError, match="--rotate"):
         SampleLog(tmp_path / "x.csv", rotate_bytes=0)
-    proc = subprocess.run([sys.executable, "-m", "gpufly", "watch", "--count", "-3"], capture_output=True, text=True)
-    assert proc.returncode == 2 and proc.stderr.startswith("error: --count must be positive")
-    assert "Traceback" not in proc.stderr
+    done = cli("watch", "--count", "-3")
+    assert done.code == 2 and done.stderr.startswith("error: --count must be positive")
+    assert "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -122,15 +141,16 @@ def test_bad_options_are_one_line_errors(tmp_path: Path) -> None:
     (["--rotate", "inf", "-o", "x.jsonl"], "--rotate must be a positive size in MB"),
     (["--rotate", "nan", "-o", "x.jsonl"], "--rotate must be a positive size in MB"),
 ])
-def test_bad_numbers_are_one_line_errors(tmp_path: Path, args: list[str], message: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "gpufly", "watch", "--count", "2", *args], capture_output=True,
-                          text=True, timeout=30, cwd=tmp_path)
-    assert proc.returncode == 2 and proc.stderr.startswith(f"error: {message}"), proc.stderr
-    assert "hint:" in proc.stderr and "Traceback" not in proc.stderr
+def test_bad_numbers_are_one_line_errors(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str],
+                                         message: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    done = cli("watch", "--count", "2", *args)
+    assert done.code == 2 and done.stderr.startswith(f"error: {message}"), done.stderr
+    assert "hint:" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "x.jsonl").exists(), "rejected before any file is opened"
 
 
-def test_a_full_disk_is_one_line_and_still_says_what_it_wrote(tmp_path: Path) -> None:
+def test_a_full_disk_is_one_line_and_still_says_what_it_wrote(cli, tmp_path: Path) -> None:
     if not Path("/dev/full").exists():
         pytest.skip("needs /dev/full")
     full = tmp_path / "full.jsonl"
@@ -139,11 +159,10 @@ def test_a_full_disk_is_one_line_and_still_says_what_it_wrote(tmp_path: Path) ->
     with pytest.raises(GpuflyError, match=r"cannot write .*full\.jsonl"):
         log.write(ReplayBackend(RECORDING, loop=False).snapshot())
     log.close()
-    proc = subprocess.run([sys.executable, "-m", "gpufly", "watch", "--count", "2", "--interval", "0.05",
-                           "--replay", str(RECORDING), "-o", str(full)], capture_output=True, text=True, timeout=30)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    assert f"wrote 0 samples to {full}" in proc.stderr
-    assert f"error: cannot write {full}" in proc.stderr and "hint:" in proc.stderr
+    done = cli("watch", "--count", "2", "--interval", "0.01", "--replay", str(RECORDING), "-o", str(full))
+    assert done.code == 2 and "Traceback" not in done.stderr, done.stderr
+    assert f"wrote 0 samples to {full}" in done.stderr
+    assert f"error: cannot write {full}" in done.stderr and "hint:" in done.stderr
 
 
 def test_a_stop_signal_during_a_write_waits_until_the_sample_is_counted() -> None:

@@ -6,10 +6,11 @@ import json
 
 import pynvml
 
-from gpufly.monitor.backends.host import HostFacts, cpu_model
-from gpufly.monitor.backends.nvml import Nvml
+from gpufly.hw import Nvml
+from gpufly.hw.fake_nvml import FakePynvml
+from gpufly.hw.host import HostFacts, cpu_model
 from gpufly.report.machine import probe_machine
-from tests.fakes.pynvml_fake import FakePynvml
+from tests.fakes.nvml import fake_nvml, nvml_env
 
 HOST = HostFacts(os="Debian GNU/Linux 12 (bookworm)", kernel="Linux 6.1.0", machine="x86_64",
                  python="3.11.7", cpu_model="AMD EPYC 9454 48-Core Processor", cpu_physical_cores=48,
@@ -17,7 +18,7 @@ HOST = HostFacts(os="Debian GNU/Linux 12 (bookworm)", kernel="Linux 6.1.0", mach
 
 
 def test_gpus_are_matched_to_the_catalog() -> None:
-    report = probe_machine(Nvml(FakePynvml.from_fixture("nvml_two_gpus.json")), host=HOST)
+    report = probe_machine(Nvml(fake_nvml("nvml_two_gpus.json")), host=HOST)
     assert [gpu.spec.id for gpu in report.gpus] == ["h100-sxm", "a100-sxm4-80gb"]
     assert report.driver_version == "550.54.15"
     assert report.summary.startswith("2 NVIDIA GPU(s): NVIDIA H100 80GB HBM3, NVIDIA A100-SXM4-80GB")
@@ -60,7 +61,7 @@ def test_rendered_report_names_each_gpu_and_its_catalog_entry() -> None:
 
     from gpufly.cli.report import render_machine
 
-    report = probe_machine(Nvml(FakePynvml.from_fixture("nvml_two_gpus.json")), host=HOST)
+    report = probe_machine(Nvml(fake_nvml("nvml_two_gpus.json")), host=HOST)
     out = Console(width=120, record=True, color_system=None)
     render_machine(report, out)
     text = out.export_text()
@@ -73,7 +74,7 @@ def test_rendered_report_names_each_gpu_and_its_catalog_entry() -> None:
 def test_report_says_which_models_fit_the_gpus_found() -> None:
     from gpufly.report.models_fit import model_fit_rows
 
-    report = probe_machine(Nvml(FakePynvml.from_fixture("nvml_two_gpus.json")), host=HOST)
+    report = probe_machine(Nvml(fake_nvml("nvml_two_gpus.json")), host=HOST)
     types = report.gpu_types()
     assert [(spec.id, count) for spec, count in types] == [("h100-sxm", 1), ("a100-sxm4-80gb", 1)]
     rows = model_fit_rows(types, models=("qwen2.5-3b",))
@@ -84,3 +85,18 @@ def test_report_says_which_models_fit_the_gpus_found() -> None:
 
     assert speed("H100 SXM", "q4_k_m") > speed("A100 80GB SXM", "q4_k_m"), "more bandwidth decodes faster"
     assert speed("H100 SXM", "bf16") == speed("A100 80GB SXM", "bf16"), "a 3B model in eager transformers is host-bound"
+
+
+def test_a_lost_gpu_is_listed_without_a_catalog_match() -> None:
+    report = probe_machine(Nvml(fake_nvml("nvml_two_gpus.json", lost=(1,))), host=HOST)
+    h100, lost = report.gpus
+    assert h100.spec is not None and h100.spec.id == "h100-sxm"
+    assert lost.device.lost and lost.spec is None and lost.to_dict()["catalog_id"] is None
+
+
+def test_report_reads_a_recorded_machine_through_the_nvml_fixture(cli) -> None:
+    result = cli("report", "--json", env=nvml_env("nvml_two_gpus.json"))
+    assert result.code == 0, result.stderr
+    gpus = json.loads(result.stdout)["machine"]["gpus"]
+    assert [(gpu["name"], gpu["catalog_id"]) for gpu in gpus] == [("NVIDIA H100 80GB HBM3", "h100-sxm"),
+                                                                 ("NVIDIA A100-SXM4-80GB", "a100-sxm4-80gb")]

@@ -20,7 +20,7 @@ from gpufly.bench.benchmark import Benchmark, Kernel, Unsupported
 from gpufly.bench.results import DeviceFacts
 from gpufly.bench.timing import Timing, calls_per_sample, measure, summarize
 from gpufly.catalog import default_catalog
-from gpufly.monitor.backends.nvml import GpuDevice, Nvml
+from gpufly.hw import GpuDevice, GpuReader, GpuSample, Nvml
 
 GROUPS = ("gemm", "llm", "memory", "transfer", "launch", "attention")
 GEMM_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")
@@ -129,63 +129,53 @@ def nvml_index(devices: list[GpuDevice], torch_uuid: str | None, torch_index: in
     return torch_index if torch_index < len(devices) else None
 
 
-class GpuState:
-    """Clocks, power limit and temperature of one GPU through NVML; None for anything unreadable."""
+def _clock(sample: GpuSample | None, which: str, maximum: bool = False) -> int | None:
+    """A sample's SM ("sm") or memory ("mem") clock in whole MHz, as the bench's facts keep it."""
+    field = f"{'memory' if which == 'mem' else 'sm'}_clock{'_max' if maximum else ''}_mhz"
+    value = getattr(sample, field) if sample else None
+    return None if value is None else int(value)
 
-    def __init__(self, lib: ModuleType | None, torch_uuid: str | None, torch_index: int) -> None:
-        self._lib, self._nvml, self._handle = lib, None, None
-        if lib is None:
-            return
-        nvml = Nvml(lib)
+
+class GpuState:
+    """Clocks, power limit, temperature and slowdown reasons of one GPU, through the shared GPU reader;
+    None for anything unreadable (no NVML, no driver, a field the card lacks)."""
+
+    def __init__(self, nvml: Nvml, torch_uuid: str | None, torch_index: int) -> None:
+        self._nvml, self._reader, self._index = nvml, None, None
         if not nvml.open().available:
             return
-        self._nvml = nvml
-        index = nvml_index(nvml.devices(), torch_uuid, torch_index)
-        self._handle = nvml.query(lib.nvmlDeviceGetHandleByIndex, index) if index is not None else None
+        self._reader = GpuReader(nvml)
+        self._index = nvml_index(self._reader.devices(), torch_uuid, torch_index)
 
-    def _ask(self, name: str, *args: Any) -> Any:
-        fn = getattr(self._lib, name, None)
-        if self._nvml is None or self._handle is None or fn is None:
+    def _sample(self) -> GpuSample | None:
+        if self._reader is None or self._index is None:
             return None
-        return self._nvml.query(fn, self._handle, *args)
+        sample = self._reader.sample(self._index)
+        return None if sample.lost else sample
 
     def driver_version(self) -> str | None:
-        return self._nvml.driver_version() if self._nvml else None
+        return self._nvml.driver_version() if self._reader else None
 
     def clock_mhz(self, which: str, maximum: bool = False) -> int | None:
         """Current (or maximum) SM or memory clock; ``which`` is "sm" or "mem"."""
-        kind = getattr(self._lib, f"NVML_CLOCK_{which.upper()}", None)
-        return None if kind is None else self._ask("nvmlDeviceGetMaxClockInfo" if maximum else
-                                                   "nvmlDeviceGetClockInfo", kind)
+        return _clock(self._sample(), which, maximum)
 
     def power_limit_w(self) -> float | None:
-        milliwatts = self._ask("nvmlDeviceGetEnforcedPowerLimit") or self._ask("nvmlDeviceGetPowerManagementLimit")
-        return milliwatts / 1000 if milliwatts else None
+        sample = self._sample()
+        return sample.power_limit_w if sample else None
 
     def conditions(self) -> dict[str, Any]:
-        """What the GPU runs at now: read right after a benchmark, it shows throttling."""
-        power = self._ask("nvmlDeviceGetPowerUsage")
-        reasons = self._ask("nvmlDeviceGetCurrentClocksEventReasons")
-        if reasons is None:
-            reasons = self._ask("nvmlDeviceGetCurrentClocksThrottleReasons")
-        sensor = getattr(self._lib, "NVML_TEMPERATURE_GPU", None)
-        values = {"sm_clock_mhz": self.clock_mhz("sm"), "memory_clock_mhz": self.clock_mhz("mem"),
-                  "power_w": power / 1000 if power else None,
-                  "temperature_c": self._ask("nvmlDeviceGetTemperature", sensor) if sensor is not None else None,
-                  "clocks_event_reasons": reasons}
+        """What the GPU runs at now: read right after a benchmark, it shows throttling (reasons by name)."""
+        sample = self._sample()
+        if sample is None:
+            return {}
+        values = {"sm_clock_mhz": _clock(sample, "sm"), "memory_clock_mhz": _clock(sample, "mem"),
+                  "power_w": sample.power_w, "temperature_c": sample.temperature_c,
+                  "clocks_event_reasons": sample.throttle_reasons}
         return {key: value for key, value in values.items() if value is not None}
 
     def close(self) -> None:
-        if self._nvml is not None:
-            self._nvml.close()
-
-
-def _pynvml() -> ModuleType | None:
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    return pynvml
+        self._nvml.close()
 
 
 class CudaDevice:
@@ -206,7 +196,7 @@ class CudaDevice:
         self.capability = (self.props.major, self.props.minor)
         self.spec = default_catalog().match_device(self.props.name, self.props.total_memory)
         self._uuid = str(getattr(self.props, "uuid", "") or "") or None
-        self.state = GpuState(nvml_lib if nvml_lib is not None else _pynvml(), self._uuid, index)
+        self.state = GpuState(Nvml(nvml_lib), self._uuid, index)
 
     def facts(self) -> DeviceFacts:
         torch, props = self._torch, self.props

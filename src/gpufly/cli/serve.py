@@ -11,6 +11,7 @@ import typer
 from gpufly.cli.monitoring import Stop, StopSignals, check_history, check_interval
 from gpufly.cli.render import error_console
 from gpufly.errors import GpuflyError
+from gpufly.extras import require
 
 
 def serve(
@@ -28,8 +29,9 @@ def serve(
     check_history(history)
     if not host.strip():
         raise GpuflyError("--host is empty", hint="--host 127.0.0.1 for this machine only, --host 0.0.0.0 for all")
+    require("prometheus_client", "gpufly serve")
+    from gpufly.monitor import open_backend
     from gpufly.monitor.format import no_gpu_line
-    from gpufly.monitor.sampler import open_backend
     from gpufly.monitor.server import MonitorServer, ServeConfig, WallClock
 
     config = ServeConfig(host=host, port=port, interval_s=interval, show_cmdline=show_cmdline, history=history,

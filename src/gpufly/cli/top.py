@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from gpufly.cli.monitoring import check_history, check_interval
 from gpufly.cli.render import error_console, print_json
 from gpufly.errors import GpuflyError
+from gpufly.extras import require
+
+if TYPE_CHECKING:
+    from gpufly.monitor import Snapshot
 
 
 def top(
@@ -25,7 +29,9 @@ def top(
     check_history(history)
     if as_json and not once:
         raise GpuflyError("--json prints one snapshot, so it needs --once", "gpufly top --once --json")
-    from gpufly.monitor.sampler import open_backend
+    if not once:
+        require("textual", "gpufly top")
+    from gpufly.monitor import open_backend
 
     backend = open_backend(replay, loop=True)
     if once:
@@ -43,12 +49,10 @@ def top(
     TopApp(backend, interval=interval, history=history).run()
 
 
-def _print_once(snapshot: object, as_json: bool) -> None:
+def _print_once(snapshot: Snapshot, as_json: bool) -> None:
     from gpufly.monitor.format import no_gpu_line
-    from gpufly.monitor.sample import Snapshot
     from gpufly.monitor.views import once_json, once_lines
 
-    assert isinstance(snapshot, Snapshot)
     if as_json:
         print_json(once_json(snapshot))
         return

@@ -1,11 +1,15 @@
-"""`gpufly watch`: a sample per interval, to a JSONL or CSV file (flushed per line) or to the terminal."""
+"""`gpufly watch`: a sample per interval, to a JSONL or CSV file (flushed per line) or to the terminal.
+
+The loop is the monitor's ``Sampler`` run in the foreground; the file log and the terminal printer are
+its listeners, each write guarded so a SIGTERM or Ctrl-C never lands between writing a sample and counting it.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -13,13 +17,15 @@ from gpufly.cli.monitoring import Stop, StopSignals, check_interval, check_rotat
 from gpufly.cli.render import error_console
 from gpufly.errors import GpuflyError
 
+if TYPE_CHECKING:
+    from gpufly.monitor import Snapshot
+    from gpufly.monitor.sampler import Listener
 
-def _line(snapshot: object) -> str:
+
+def _line(snapshot: Snapshot) -> str:
     """One terminal line per sample: time, then each GPU's utilization, memory, power and slowdown."""
     from gpufly.monitor.format import fmt_bytes, fmt_number, slowdown_text
-    from gpufly.monitor.sample import Snapshot
 
-    assert isinstance(snapshot, Snapshot)
     stamp = time.strftime("%H:%M:%S", time.localtime(snapshot.time))
     parts = []
     for gpu in snapshot.gpus:
@@ -35,6 +41,43 @@ def _line(snapshot: object) -> str:
     return f"{stamp}  " + "  ".join(parts)
 
 
+def _print_json(snapshot: Snapshot) -> None:
+    from gpufly.monitor.logger import jsonl_lines
+
+    sys.stdout.write(jsonl_lines(snapshot)[0])
+    sys.stdout.flush()
+
+
+def _print_line(snapshot: Snapshot) -> None:
+    print(_line(snapshot), flush=True)
+
+
+def _first_sample_notice() -> Listener:
+    """Says once, on stderr, that there is no GPU to watch (the host is still recorded)."""
+    from gpufly.monitor.format import no_gpu_line
+
+    seen = False
+
+    def notice(snapshot: Snapshot) -> None:
+        nonlocal seen
+        if not seen and (line := no_gpu_line(snapshot)):
+            error_console().print(line, markup=False)
+        seen = True
+
+    return notice
+
+
+def _guarded(signals: StopSignals, write: Listener) -> Listener:
+    """``write``, with SIGTERM/Ctrl-C held until the sample is written (then the run stops)."""
+
+    def listener(snapshot: Snapshot) -> None:
+        signals.begin_write()
+        write(snapshot)
+        signals.end_write()
+
+    return listener
+
+
 def watch(
     interval: Annotated[float, typer.Option("--interval", "-i", help="Seconds between samples.")] = 1.0,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Append to FILE.jsonl or FILE.csv.")] = None,
@@ -48,32 +91,16 @@ def watch(
     rotate_bytes = check_rotate(rotate)
     if count is not None and count <= 0:
         raise GpuflyError(f"--count must be positive, not {count}", "leave it out to run until Ctrl-C")
-    from gpufly.monitor.format import no_gpu_line
-    from gpufly.monitor.logger import SampleLog, jsonl_lines
-    from gpufly.monitor.sampler import open_backend
+    from gpufly.monitor import History, SampleLog, Sampler, open_backend
 
     log = SampleLog(output, rotate_bytes=rotate_bytes) if output else None
     backend = open_backend(replay, loop=True)
-    taken = 0
+    write: Listener = log.write if log is not None else _print_json if as_json else _print_line
     try:
         with StopSignals() as signals:
-            while count is None or taken < count:
-                started = time.monotonic()
-                snapshot = backend.snapshot()
-                if taken == 0 and (line := no_gpu_line(snapshot)):
-                    error_console().print(line, markup=False)
-                signals.begin_write()
-                if log is not None:
-                    log.write(snapshot)
-                elif as_json:
-                    sys.stdout.write(jsonl_lines(snapshot)[0])
-                    sys.stdout.flush()
-                else:
-                    print(_line(snapshot), flush=True)
-                taken += 1
-                signals.end_write()
-                if count is None or taken < count:
-                    time.sleep(max(0.0, interval - (time.monotonic() - started)))
+            sampler = Sampler(backend, interval=interval, history=History(capacity=2),
+                              listeners=[_first_sample_notice(), _guarded(signals, write)])
+            sampler.run(count=count)
     except (KeyboardInterrupt, Stop):
         pass
     finally:

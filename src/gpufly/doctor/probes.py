@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from datetime import UTC, datetime
-from functools import cache, partial
+from functools import cache
+from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 from gpufly.doctor import framework_probe
 from gpufly.doctor.facts import (
@@ -38,10 +38,10 @@ from gpufly.doctor.facts import (
     build_fact,
 )
 from gpufly.errors import GpuflyError
-from gpufly.monitor.backends.nvml import Nvml
+from gpufly.hw import GpuReader, GpuSample, Nvml, load_pynvml
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
-FindSpec = Callable[[str], object]
+FindSpec = Callable[[str], ModuleSpec | None]
 
 TOOL_TIMEOUT_S = 5.0
 FRAMEWORK_TIMEOUT_S = 20.0
@@ -97,48 +97,31 @@ def _run_tool(run: Run, args: Sequence[str], env: Mapping[str, str] | None = Non
 # NVML ------------------------------------------------------------------------------------------
 
 
-def _load_pynvml() -> ModuleType | None:
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    return pynvml
+def _nvml_processes(session: Nvml, gpu: GpuSample) -> tuple[ProcessFact, ...]:
+    """The GPU's compute processes, named by NVML (the doctor runs no psutil join)."""
+    return tuple(ProcessFact(pid=p.pid, name=session.query("nvmlSystemGetProcessName", p.pid),
+                             used_memory_bytes=p.gpu_memory_bytes) for p in gpu.processes if "compute" in p.kind)
 
 
-def _ask(session: Nvml, lib: ModuleType | None, name: str, *args: Any) -> Any:
-    """One NVML call by name through the choke point; None where this NVML lacks the function."""
-    fn = getattr(lib, name, None)
-    return session.query(fn, *args) if fn is not None else None
-
-
-def _nvml_processes(ask: Callable[..., Any], handle: Any) -> tuple[ProcessFact, ...]:
-    running = ask("nvmlDeviceGetComputeRunningProcesses", handle) or []
-    return tuple(ProcessFact(pid=int(p.pid), name=ask("nvmlSystemGetProcessName", p.pid),
-                             used_memory_bytes=getattr(p, "usedGpuMemory", None)) for p in running)
-
-
-def _nvml_gpu(session: Nvml, lib: ModuleType | None, index: int) -> GpuFact:
-    ask = partial(_ask, session, lib)
-    handle = ask("nvmlDeviceGetHandleByIndex", index)
-    if handle is None:
-        return GpuFact(index=index, name="unknown (GPU lost or inaccessible)")
-    memory = ask("nvmlDeviceGetMemoryInfo", handle)
-    capability = ask("nvmlDeviceGetCudaComputeCapability", handle)
-    mig = ask("nvmlDeviceGetMigMode", handle)
-    persistence = ask("nvmlDeviceGetPersistenceMode", handle)
+def _nvml_gpu(session: Nvml, reader: GpuReader, index: int) -> GpuFact:
+    """The doctor's view of one GPU, from the shared reader: static facts, free memory and processes."""
+    device = reader.device(index)
+    if device.lost:
+        return GpuFact(index=index, name=device.name)
+    gpu = reader.sample(index)
     return GpuFact(
         index=index,
-        name=ask("nvmlDeviceGetName", handle) or "unknown",
-        compute_capability=f"{capability[0]}.{capability[1]}" if capability else None,
-        memory_total_bytes=int(memory.total) if memory is not None else None,
-        memory_free_bytes=int(memory.free) if memory is not None else None,
-        pcie_gen_current=ask("nvmlDeviceGetCurrPcieLinkGeneration", handle),
-        pcie_gen_max=ask("nvmlDeviceGetMaxPcieLinkGeneration", handle),
-        pcie_width_current=ask("nvmlDeviceGetCurrPcieLinkWidth", handle),
-        pcie_width_max=ask("nvmlDeviceGetMaxPcieLinkWidth", handle),
-        mig_mode=None if mig is None else mig[0] == _ENABLED,
-        persistence_mode=None if persistence is None else persistence == _ENABLED,
-        processes=_nvml_processes(ask, handle),
+        name=device.name,
+        compute_capability=device.compute_capability,
+        memory_total_bytes=device.memory_total_bytes,
+        memory_free_bytes=gpu.memory_free_bytes,
+        pcie_gen_current=device.pcie_gen_current,
+        pcie_gen_max=device.pcie_gen_max,
+        pcie_width_current=device.pcie_width_current,
+        pcie_width_max=device.pcie_width_max,
+        mig_mode=device.mig_mode,
+        persistence_mode=device.persistence_mode,
+        processes=_nvml_processes(session, gpu),
     )
 
 
@@ -150,7 +133,8 @@ def _probe_nvml(lib: ModuleType | None) -> tuple[DriverFact, list[GpuFact]]:
     with session:
         driver = DriverFact(found=True, version=session.driver_version(), cuda_version=session.cuda_driver_version(),
                             source="nvml")
-        return driver, [_nvml_gpu(session, lib, index) for index in range(session.device_count())]
+        reader = GpuReader(session)
+        return driver, [_nvml_gpu(session, reader, index) for index in range(reader.count())]
 
 
 # nvidia-smi ------------------------------------------------------------------------------------
@@ -280,11 +264,12 @@ def probe_driver_and_gpus(nvml: ModuleType | None = None,
     """The driver and its GPUs from NVML, else from nvidia-smi, else a DriverFact saying why neither answered.
 
     Args:
-        nvml: the pynvml module, or a fake of it; None imports pynvml.
+        nvml: the pynvml module, or a fake of it; None loads it (``gpufly.hw.load_pynvml``, which honours
+            ``GPUFLY_NVML_FIXTURE``).
         run: runs nvidia-smi (``subprocess.run`` or a fake with its signature).
     """
     try:
-        return _probe_nvml(nvml if nvml is not None else _load_pynvml())
+        return _probe_nvml(nvml if nvml is not None else load_pynvml())
     except _ProbeFailed as exc:
         nvml_reason = str(exc)
     try:

@@ -1,5 +1,7 @@
 """Prometheus metrics from the sampler's latest snapshot and history, named as DCGM-exporter names them.
 
+The per-GPU gauges come from the metric table (``gpufly.monitor.metrics.GPU_METRICS``): one row each.
+
 Where DCGM-exporter has a field, the metric carries its name, unit and labels (``gpu``, ``UUID``,
 ``pci_bus_id``, ``device``, ``modelName``, ``GPU_I_PROFILE``/``GPU_I_ID`` for a MIG instance,
 ``Hostname``, ``DCGM_FI_DRIVER_VERSION``), so the Grafana dashboards and alerts people already have
@@ -16,16 +18,15 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
 from gpufly import __version__
-from gpufly.monitor.sample import GpuSample, MigSample, Snapshot
+from gpufly.hw import GpuSample, MigSample
+from gpufly.monitor.metrics import GPU_METRICS, MIB, GpuMetric
+from gpufly.monitor.sample import Snapshot
 from gpufly.monitor.sampler import History
-
-MIB = 1024**2
 
 GPU_LABELS: tuple[str, ...] = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname",
                                "DCGM_FI_DRIVER_VERSION")
@@ -35,62 +36,6 @@ MIG_LABELS: tuple[str, ...] = ("gpu", "UUID", "pci_bus_id", "device", "modelName
                                "Hostname", "DCGM_FI_DRIVER_VERSION")
 """A MIG instance adds its profile and GPU instance id; ``UUID`` stays the parent GPU's, as in DCGM-exporter."""
 
-
-@dataclass(frozen=True)
-class GpuField:
-    """One per-GPU gauge: its name, help text and how to read it (None: not emitted)."""
-
-    name: str
-    help: str
-    read: Callable[[GpuSample], float | None]
-
-
-def _scaled(attribute: str, factor: float) -> Callable[[GpuSample], float | None]:
-    def read(gpu: GpuSample) -> float | None:
-        value = getattr(gpu, attribute)
-        return None if value is None else value * factor
-
-    return read
-
-
-def _field(attribute: str) -> Callable[[GpuSample], float | None]:
-    return _scaled(attribute, 1.0)
-
-
-DCGM_FIELDS: tuple[GpuField, ...] = (
-    GpuField("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", _field("utilization_gpu_percent")),
-    GpuField("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", _field("utilization_memory_percent")),
-    GpuField("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", _scaled("memory_used_bytes", 1 / MIB)),
-    GpuField("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", _scaled("memory_free_bytes", 1 / MIB)),
-    GpuField("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", _field("power_w")),
-    GpuField("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", _field("temperature_c")),
-    GpuField("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", _field("sm_clock_mhz")),
-    GpuField("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", _field("memory_clock_mhz")),
-    GpuField("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ).",
-             _scaled("energy_j", 1000.0)),
-    GpuField("DCGM_FI_DEV_FAN_SPEED", "Fan speed (in %).", _field("fan_percent")),
-    GpuField("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors.",
-             _field("ecc_corrected_volatile")),
-    GpuField("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors.",
-             _field("ecc_uncorrected_volatile")),
-)
-"""DCGM's own names and units. All are gauges, as DCGM-exporter's text shows them under these exact names:
-a Prometheus counter would have to be renamed ``..._total`` and would no longer match existing queries."""
-
-GPUFLY_FIELDS: tuple[GpuField, ...] = (
-    GpuField("gpufly_gpu_power_limit_watts", "Enforced power limit, in watts.", _field("power_limit_w")),
-    GpuField("gpufly_gpu_memory_total_bytes", "GPU memory total, in bytes.", _field("memory_total_bytes")),
-    GpuField("gpufly_gpu_memory_used_bytes", "GPU memory used, in bytes.", _field("memory_used_bytes")),
-    GpuField("gpufly_gpu_sm_clock_hertz", "SM clock, in hertz.", _scaled("sm_clock_mhz", 1e6)),
-    GpuField("gpufly_gpu_sm_clock_max_hertz", "Maximum SM clock, in hertz.", _scaled("sm_clock_max_mhz", 1e6)),
-    GpuField("gpufly_gpu_memory_clock_max_hertz", "Maximum memory clock, in hertz.",
-             _scaled("memory_clock_max_mhz", 1e6)),
-    GpuField("gpufly_gpu_pcie_tx_bytes_per_second", "PCIe transmit throughput (NVML, sampled), in bytes per second.",
-             _field("pcie_tx_bytes_per_s")),
-    GpuField("gpufly_gpu_pcie_rx_bytes_per_second", "PCIe receive throughput (NVML, sampled), in bytes per second.",
-             _field("pcie_rx_bytes_per_s")),
-)
-"""What DCGM-exporter has no field for (or none in these units), in Prometheus base units."""
 
 MIG_FIELDS: tuple[tuple[str, str, Callable[[MigSample], float | None]], ...] = (
     ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).",
@@ -129,9 +74,10 @@ class SnapshotCollector:
     ``source`` says where the figures come from (``live`` or ``replay``), for ``gpufly_exporter_info``.
     """
 
-    def __init__(self, history: History, source: str = "live") -> None:
+    def __init__(self, history: History, source: str = "live", metrics: tuple[GpuMetric, ...] = GPU_METRICS) -> None:
         self.history = history
         self.source = source
+        self.metrics = metrics
 
     def collect(self) -> Iterator[Metric]:
         snapshot = self.history.latest
@@ -181,10 +127,10 @@ class SnapshotCollector:
             lost.add_metric([base[n] for n in GPU_LABELS], 1.0 if gpu.lost else 0.0)
             if gpu.lost:
                 continue
-            for field in (*DCGM_FIELDS, *GPUFLY_FIELDS):
-                value = field.read(gpu)
+            for metric in self.metrics:
+                value = metric.value(gpu)
                 if value is not None:
-                    family(field.name, field.help).add_metric([base[n] for n in GPU_LABELS], float(value))
+                    family(metric.exporter, metric.help).add_metric([base[n] for n in GPU_LABELS], value)
             for mig in gpu.mig:
                 for name, help_text, read in MIG_FIELDS:
                     value = read(mig)
@@ -234,8 +180,9 @@ class SnapshotCollector:
             yield load
 
 
-def exporter_registry(history: History, source: str = "live") -> CollectorRegistry:
+def exporter_registry(history: History, source: str = "live",
+                      metrics: tuple[GpuMetric, ...] = GPU_METRICS) -> CollectorRegistry:
     """A registry of its own holding only the snapshot collector (no process or platform metrics)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(history, source))
+    registry.register(SnapshotCollector(history, source, metrics))
     return registry

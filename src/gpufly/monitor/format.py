@@ -6,7 +6,8 @@ them here keeps "N/A", units and the "why is it slow" wording identical everywhe
 
 from __future__ import annotations
 
-from gpufly.monitor.sample import GpuSample, Snapshot
+from gpufly.hw import GpuSample
+from gpufly.monitor.sample import Snapshot
 
 NA = "N/A"
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from gpufly.errors import GpuflyError
-from gpufly.monitor.sample import GpuSample, HostSample, Snapshot
+from gpufly.hw import GpuSample, HostSample
+from gpufly.monitor.sample import Snapshot
 
 GPU_COLUMNS: tuple[str, ...] = tuple(
     f.name for f in fields(GpuSample) if f.name not in ("mig", "processes", "throttle_reasons")

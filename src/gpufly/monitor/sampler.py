@@ -1,7 +1,9 @@
-"""A background sampler and the history it keeps.
+"""The sampler and the history it keeps.
 
-The sampler calls a backend (live NVML or a replay) every ``interval`` seconds on its own thread
-and hands each snapshot to ``History`` and to any listeners (the logger, the exporter). History is
+The sampler calls a backend (live NVML or a replay) every ``interval`` seconds and hands each snapshot
+to ``History`` and to any listeners (the logger, the exporter, a terminal printer). It runs on its own
+thread (``start``/``stop``: `top`, `serve`, the profiler) or in the foreground (``run(count=...)``:
+`watch`), on an injected clock and wait so tests step time by hand. History is
 a ring buffer per GPU and metric, so memory stays bounded however long it runs; it also keeps the
 running totals that a single sample cannot give: energy since start and time spent throttled.
 """
@@ -16,7 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from gpufly.monitor.sample import GpuSample, Snapshot
+from gpufly.hw import GpuSample
+from gpufly.monitor.sample import Snapshot
 
 HISTORY_METRICS: tuple[str, ...] = (
     "utilization_gpu_percent",
@@ -127,10 +130,16 @@ Listener = Callable[[Snapshot], None]
 
 
 class Sampler:
-    """Samples a backend on a thread; ``cost_s`` is the CPU time each sample took (for the overhead benchmark)."""
+    """Samples a backend every ``interval`` seconds, on a thread (``start``) or in the foreground (``run``).
+
+    ``clock`` and ``wait`` are injected (``time.monotonic`` and the stop event's wait by default), so a test
+    steps time by hand; ``wait(seconds)`` returns early when ``stop()`` is called. ``cpu_seconds`` is the CPU
+    time the samples took (for the overhead benchmark).
+    """
 
     def __init__(self, backend: Backend, interval: float = 1.0, history: History | None = None,
-                 listeners: list[Listener] | None = None) -> None:
+                 listeners: list[Listener] | None = None, clock: Callable[[], float] = time.monotonic,
+                 wait: Callable[[float], object] | None = None) -> None:
         if not math.isfinite(interval) or interval <= 0:
             raise ValueError("interval must be positive and finite")
         self.backend = backend
@@ -140,9 +149,12 @@ class Sampler:
         self.cpu_seconds = 0.0
         self.errors: list[str] = []
         self._stop = threading.Event()
+        self._clock = clock
+        self._wait = wait or self._stop.wait
         self._thread: threading.Thread | None = None
 
     def sample_once(self) -> Snapshot:
+        """One snapshot, into the history and to every listener; a listener's error propagates."""
         started = time.thread_time()
         snapshot = self.backend.snapshot()
         self.history.add(snapshot)
@@ -151,20 +163,38 @@ class Sampler:
         self.cpu_seconds += time.thread_time() - started
         return snapshot
 
+    def run(self, count: int | None = None) -> int:
+        """Sample in this thread until ``count`` samples (None: until ``stop()``); returns how many were taken.
+
+        The schedule keeps to the interval (a slow sample shortens the next wait), no wait follows the last
+        sample, and an error from the backend or a listener (a full disk) ends the run: the caller reports it.
+        """
+        taken = 0
+        next_at = self._clock()
+        while not self._stop.is_set() and (count is None or taken < count):
+            self.sample_once()
+            taken += 1
+            if count is not None and taken >= count:
+                break
+            next_at += self.interval
+            self._wait(max(0.0, next_at - self._clock()))
+        return taken
+
     def start(self) -> Sampler:
-        self._thread = threading.Thread(target=self._run, name="gpufly-sampler", daemon=True)
+        """Sample on a daemon thread until ``stop()``; errors are kept in ``errors`` and sampling goes on."""
+        self._thread = threading.Thread(target=self._run_in_background, name="gpufly-sampler", daemon=True)
         self._thread.start()
         return self
 
-    def _run(self) -> None:
-        next_at = time.monotonic()
+    def _run_in_background(self) -> None:
+        next_at = self._clock()
         while not self._stop.is_set():
             try:
                 self.sample_once()
             except Exception as exc:  # a listener's disk-full must not kill the monitor; keep the reason
                 self.errors.append(f"{type(exc).__name__}: {exc}")
             next_at += self.interval
-            self._stop.wait(max(0.0, next_at - time.monotonic()))
+            self._wait(max(0.0, next_at - self._clock()))
 
     def stop(self) -> None:
         self._stop.set()

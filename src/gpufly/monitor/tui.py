@@ -15,8 +15,9 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Input, Static
 
+from gpufly.hw import GpuSample
 from gpufly.monitor.format import no_gpu_line
-from gpufly.monitor.sample import GpuSample, Snapshot
+from gpufly.monitor.sample import Snapshot
 from gpufly.monitor.sampler import Backend, History, Sampler
 from gpufly.monitor.views import (
     PROCESS_COLUMNS,

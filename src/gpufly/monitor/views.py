@@ -10,8 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gpufly.hw import GpuSample, ProcessSample
 from gpufly.monitor.format import NA, fmt_bytes, fmt_number, no_gpu_line, slowdown_text
-from gpufly.monitor.sample import GpuSample, ProcessSample, Snapshot
+from gpufly.monitor.metrics import GPU_METRICS, GpuMetric, more_text
+from gpufly.monitor.sample import Snapshot
 
 
 def _utilization_key(p: ProcessSample) -> tuple[float, float, int]:
@@ -95,8 +97,9 @@ def ratio(value: float | None, limit: float | None) -> float | None:
     return value / limit
 
 
-def gpu_lines(gpu: GpuSample, width: int = 20) -> list[str]:
-    """The figure lines of one GPU panel (the sparklines are drawn by the screen)."""
+def gpu_lines(gpu: GpuSample, width: int = 20, metrics: tuple[GpuMetric, ...] = GPU_METRICS) -> list[str]:
+    """The figure lines of one GPU panel (the sparklines are drawn by the screen), then a "more:" line with
+    every metric-table row the fixed lines do not draw."""
     if gpu.lost:
         return [f"GPU {gpu.index}  {gpu.name}  LOST: fallen off the bus; the others go on"]
     util = gpu.utilization_gpu_percent
@@ -104,6 +107,7 @@ def gpu_lines(gpu: GpuSample, width: int = 20) -> list[str]:
     power = ratio(gpu.power_w, gpu.power_limit_w)
     clock = ratio(gpu.sm_clock_mhz, gpu.sm_clock_max_mhz)
     mig = f"  MIG: {len(gpu.mig)} instances" if gpu.mig_enabled else ""
+    more = more_text(gpu, metrics)
     return [
         f"GPU {gpu.index}  {gpu.name}{mig}  slowdown: {slowdown_text(gpu)}",
         f"util  {bar(None if util is None else util / 100, width)} {fmt_number(util, '%'):>5}   "
@@ -115,6 +119,7 @@ def gpu_lines(gpu: GpuSample, width: int = 20) -> list[str]:
         f"mem util {fmt_number(gpu.utilization_memory_percent, '%')}  "
         f"PCIe rx {fmt_bytes(gpu.pcie_rx_bytes_per_s)}/s tx {fmt_bytes(gpu.pcie_tx_bytes_per_s)}/s  "
         f"ECC {fmt_number(gpu.ecc_uncorrected_volatile)} uncorrected",
+        *([f"more: {more}"] if more else []),
     ]
 
 
@@ -137,8 +142,9 @@ def _process_brief(p: ProcessSample) -> str:
     return f"{p.user or '?'}/{p.pid}({fmt_bytes(p.gpu_memory_bytes)})"
 
 
-def once_lines(snapshot: Snapshot) -> list[str]:
-    """`gpufly top --once`: a line per GPU, gpustat-style, then the host line."""
+def once_lines(snapshot: Snapshot, metrics: tuple[GpuMetric, ...] = GPU_METRICS) -> list[str]:
+    """`gpufly top --once`: a line per GPU, gpustat-style (ending with the metric table's "more:" figures, when
+    it has rows the fixed line does not draw), then the host line."""
     import time
 
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snapshot.time))
@@ -150,12 +156,14 @@ def once_lines(snapshot: Snapshot) -> list[str]:
             lines.append(f"[{gpu.index}] {gpu.name} | LOST (fallen off the bus)")
             continue
         processes = " ".join(_process_brief(p) for p in sorted(gpu.processes, key=SORTS["memory"]))
+        more = more_text(gpu, metrics)
         lines.append(
             f"[{gpu.index}] {gpu.name} | {fmt_number(gpu.temperature_c, 'C')}, "
             f"{fmt_number(gpu.utilization_gpu_percent, '%')}"
             f" | {fmt_bytes(gpu.memory_used_bytes)} / {fmt_bytes(gpu.memory_total_bytes)}"
             f" | {fmt_number(gpu.power_w, ' W')} / {fmt_number(gpu.power_limit_w, ' W')}"
             f" | slowdown: {slowdown_text(gpu)} | {processes or 'no processes'}"
+            + (f" | more: {more}" if more else "")
         )
     host = snapshot.host
     load = " ".join(f"{v:.2f}" for v in host.load_average) if host.load_average else NA

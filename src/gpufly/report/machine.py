@@ -6,8 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufly.catalog import Catalog, GpuSpec, default_catalog
-from gpufly.monitor.backends.host import HostFacts, probe_host
-from gpufly.monitor.backends.nvml import GpuDevice, Nvml, NvmlStatus
+from gpufly.hw import GpuDevice, GpuReader, HostFacts, Nvml, NvmlStatus, probe_host
 
 SCHEMA_VERSION = 1
 
@@ -80,7 +79,7 @@ def probe_machine(nvml: Nvml | None = None, host: HostFacts | None = None,
     if not status.available:
         return MachineReport(host=host, nvml=status)
     with nvml:
-        devices = nvml.devices()
+        devices = GpuReader(nvml).devices()
         return MachineReport(
             host=host,
             nvml=status,

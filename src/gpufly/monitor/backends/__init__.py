@@ -1,1 +1,1 @@
-"""Where monitor facts come from: NVML for NVIDIA GPUs, psutil for the host."""
+"""Where snapshots come from: this machine (``LiveBackend``, through ``gpufly.hw``) or a recording."""

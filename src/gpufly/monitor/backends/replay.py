@@ -37,8 +37,8 @@ def read_recording(path: Path) -> tuple[list[Snapshot], int]:
         if not line.strip():
             continue
         try:
-            snapshots.append(Snapshot.from_dict(json.loads(line)))
-        except (ValueError, KeyError, TypeError, AttributeError):
+            snapshots.append(Snapshot.from_dict(json.loads(line), where=str(path)))
+        except (ValueError, GpuflyError):
             skipped += 1
     if not snapshots:
         raise GpuflyError(f"{path} holds no snapshots ({skipped} unreadable lines)",

@@ -1,9 +1,13 @@
-"""Host facts through psutil and the platform module: OS, CPU, memory."""
+"""The machine around the GPUs, through psutil and the platform module: static facts and a moving sample.
+
+``probe_host()`` gives what does not change while gpufly runs (OS, CPU model, core counts, RAM);
+``read_host()`` gives what does (CPU per core, memory, swap, load), once per monitor sample.
+"""
 
 from __future__ import annotations
 
 import platform
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,4 +64,37 @@ def probe_host() -> HostFacts:
         cpu_logical_cores=psutil.cpu_count(logical=True),
         memory_total_bytes=int(memory.total),
         memory_available_bytes=int(memory.available),
+    )
+
+
+@dataclass
+class HostSample:
+    """The host's moving figures at one moment, from psutil."""
+
+    cpu_percent: float | None = None
+    cpu_percent_per_core: list[float] = field(default_factory=list)
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    swap_used_bytes: int | None = None
+    swap_total_bytes: int | None = None
+    load_average: list[float] | None = None
+
+
+def read_host() -> HostSample:
+    """CPU per core, memory, swap and load; the first call's CPU figures are since boot (psutil's rule)."""
+    per_core = psutil.cpu_percent(percpu=True)
+    memory = psutil.virtual_memory()
+    swap = psutil.swap_memory()
+    try:
+        load = [round(x, 2) for x in psutil.getloadavg()]
+    except (AttributeError, OSError):
+        load = None
+    return HostSample(
+        cpu_percent=round(sum(per_core) / len(per_core), 1) if per_core else None,
+        cpu_percent_per_core=per_core,
+        memory_used_bytes=int(memory.total - memory.available),
+        memory_total_bytes=int(memory.total),
+        swap_used_bytes=int(swap.used),
+        swap_total_bytes=int(swap.total),
+        load_average=load,
     )

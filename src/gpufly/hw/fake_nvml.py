@@ -1,0 +1,263 @@
+"""A stand-in for the pynvml module that replays a recorded machine, raising NVML's own errors.
+
+Shipped with gpufly (as httpx ships ``MockTransport``) so that tests, demos and users can run any
+command against a recorded machine: set ``GPUFLY_NVML_FIXTURE=path/to/fixture.json`` and
+``gpufly.hw.load_pynvml()`` returns this fake. Fixtures are recorded by ``scripts/record_nvml_fixture.py``.
+
+The fixture is JSON in the units NVML returns (mW, mJ, KB/s, MHz, bytes)::
+
+    {"driver_version": "550.54.15", "cuda_driver_version": 12040,
+     "init_error": "NVML_ERROR_LIBRARY_NOT_FOUND",       # optional: nvmlInit fails with this code
+     "lost": [1],                                         # optional: GPUs that have fallen off the bus
+     "devices": [{"name": ..., "uuid": ..., "memory_total": ..., "memory_used": ..., "not_supported": [...],
+                  "utilization": [gpu, memory], "power_mw": ..., "clocks_mhz": {"sm": ..., "mem": ...}, ...}]}
+
+A key a device lacks, a call listed in its ``not_supported``, and any NVML function this fake has no
+answer for all raise ``NVMLError(NVML_ERROR_NOT_SUPPORTED)``, as a card without that sensor does; so a
+reader that learns a new call needs no fixture change to keep running.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pynvml
+
+from gpufly.errors import GpuflyError
+
+Handle = int | tuple[int, int]
+"""A GPU's index, or (parent index, slot) for a MIG instance."""
+
+
+def _not_supported(*args: Any) -> Any:
+    raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+
+class FakePynvml:
+    """Mimics the part of pynvml that gpufly calls; error constants and classes are pynvml's own."""
+
+    NVMLError = pynvml.NVMLError
+
+    def __init__(self, fixture: dict[str, Any] | None = None, init_error: int | None = None,
+                 lost: tuple[int, ...] = ()) -> None:
+        self._data = fixture or {"devices": []}
+        named_error = self._data.get("init_error")
+        self._init_error = init_error if named_error is None else getattr(pynvml, named_error)
+        self._lost = set(lost) | set(self._data.get("lost", []))
+        self.calls: list[str] = []
+        for name in dir(pynvml):
+            if name.startswith("NVML_"):
+                setattr(self, name, getattr(pynvml, name))
+
+    @classmethod
+    def from_file(cls, path: Path, **kwargs: Any) -> FakePynvml:
+        """The fake for a fixture file; a GpuflyError when the file cannot be read as one."""
+        try:
+            return cls(json.loads(path.read_text(encoding="utf-8")), **kwargs)
+        except (OSError, ValueError) as exc:
+            raise GpuflyError(f"cannot read the NVML fixture {path}: {exc}",
+                              "unset GPUFLY_NVML_FIXTURE, or point it at a file from scripts/record_nvml_fixture.py"
+                              ) from None
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("nvml"):
+            return _not_supported
+        raise AttributeError(name)
+
+    # --- faults a test can set while a reader runs
+
+    def lose(self, index: int) -> None:
+        """The GPU falls off the bus: every later call on it raises GPU_IS_LOST."""
+        self._lost.add(index)
+
+    def set_processes(self, index: int, compute: list[dict[str, Any]],
+                      graphics: tuple[dict[str, Any], ...] | list[dict[str, Any]] = ()) -> None:
+        self._data["devices"][index]["processes"] = {"compute": list(compute), "graphics": list(graphics)}
+
+    def device_data(self, index: int) -> dict[str, Any]:
+        """The recorded answers of GPU ``index``, to change in place (a reading that moves)."""
+        return self._data["devices"][index]
+
+    # --- lookups
+
+    def _device(self, handle: Handle, call: str) -> dict[str, Any]:
+        self.calls.append(call)
+        parent = handle[0] if isinstance(handle, tuple) else handle
+        if parent in self._lost:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+        device = self._data["devices"][parent]
+        if call in device.get("not_supported", []):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if isinstance(handle, tuple):
+            return device["mig_devices"][handle[1]]
+        return device
+
+    def _field(self, handle: Handle, call: str, key: str) -> Any:
+        device = self._device(handle, call)
+        if key not in device:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return device[key]
+
+    # --- system
+
+    def nvmlInit(self) -> None:
+        self.calls.append("nvmlInit")
+        if self._init_error is not None:
+            raise pynvml.NVMLError(self._init_error)
+
+    def nvmlShutdown(self) -> None:
+        self.calls.append("nvmlShutdown")
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return self._data["driver_version"]
+
+    def nvmlSystemGetCudaDriverVersion_v2(self) -> int:
+        return self._data["cuda_driver_version"]
+
+    def nvmlSystemGetProcessName(self, pid: int) -> bytes:
+        for device in self._data["devices"]:
+            for kind in ("compute", "graphics"):
+                for process in (device.get("processes") or {}).get(kind, []):
+                    if process["pid"] == pid and "name" in process:
+                        return process["name"].encode()
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self._data["devices"])
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        if index in self._lost:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+        return index
+
+    # --- identity and static facts
+
+    def nvmlDeviceGetName(self, handle: Handle) -> str:
+        return self._field(handle, "nvmlDeviceGetName", "name")
+
+    def nvmlDeviceGetUUID(self, handle: Handle) -> str:
+        return self._field(handle, "nvmlDeviceGetUUID", "uuid")
+
+    def nvmlDeviceGetMinorNumber(self, handle: Handle) -> int:
+        return self._field(handle, "nvmlDeviceGetMinorNumber", "minor_number")
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: Handle) -> tuple[int, int]:
+        return tuple(self._field(handle, "nvmlDeviceGetCudaComputeCapability", "compute_capability"))
+
+    def nvmlDeviceGetPciInfo(self, handle: Handle) -> SimpleNamespace:
+        return SimpleNamespace(busId=self._field(handle, "nvmlDeviceGetPciInfo", "pci_bus_id"))
+
+    def _part(self, handle: Handle, call: str, key: str, part: str) -> Any:
+        """One part of a recorded group (``clocks_mhz.sm``); a part the recording lacks is not supported."""
+        group = self._field(handle, call, key)
+        if part not in group:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return group[part]
+
+    def _pcie(self, handle: Handle, call: str, part: str) -> int:
+        return self._part(handle, call, "pcie", part)
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Handle) -> int:
+        return self._pcie(handle, "nvmlDeviceGetCurrPcieLinkGeneration", "gen_current")
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Handle) -> int:
+        return self._pcie(handle, "nvmlDeviceGetMaxPcieLinkGeneration", "gen_max")
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: Handle) -> int:
+        return self._pcie(handle, "nvmlDeviceGetCurrPcieLinkWidth", "width_current")
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: Handle) -> int:
+        return self._pcie(handle, "nvmlDeviceGetMaxPcieLinkWidth", "width_max")
+
+    def nvmlDeviceGetPersistenceMode(self, handle: Handle) -> int:
+        return self._field(handle, "nvmlDeviceGetPersistenceMode", "persistence_mode")
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: Handle, clock: int) -> int:
+        key = "sm" if clock == pynvml.NVML_CLOCK_SM else "mem"
+        return self._part(handle, "nvmlDeviceGetMaxClockInfo", "max_clocks_mhz", key)
+
+    # --- dynamic state
+
+    def nvmlDeviceGetMemoryInfo(self, handle: Handle) -> SimpleNamespace:
+        device = self._device(handle, "nvmlDeviceGetMemoryInfo")
+        if "memory_total" not in device:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        total = device["memory_total"]
+        free = device.get("memory_free", total - device.get("memory_used", 0))
+        return SimpleNamespace(total=total, free=free, used=total - free)
+
+    def nvmlDeviceGetUtilizationRates(self, handle: Handle) -> SimpleNamespace:
+        gpu, memory = self._field(handle, "nvmlDeviceGetUtilizationRates", "utilization")
+        return SimpleNamespace(gpu=gpu, memory=memory)
+
+    def nvmlDeviceGetPowerUsage(self, handle: Handle) -> int:
+        return self._field(handle, "nvmlDeviceGetPowerUsage", "power_mw")
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: Handle) -> int:
+        return self._field(handle, "nvmlDeviceGetEnforcedPowerLimit", "power_limit_mw")
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Handle) -> int:
+        return self._field(handle, "nvmlDeviceGetTotalEnergyConsumption", "energy_mj")
+
+    def nvmlDeviceGetTemperature(self, handle: Handle, sensor: int) -> int:
+        return self._field(handle, "nvmlDeviceGetTemperature", "temperature_c")
+
+    def nvmlDeviceGetFanSpeed(self, handle: Handle) -> int:
+        return self._field(handle, "nvmlDeviceGetFanSpeed", "fan_percent")
+
+    def nvmlDeviceGetClockInfo(self, handle: Handle, clock: int) -> int:
+        key = "sm" if clock == pynvml.NVML_CLOCK_SM else "mem"
+        return self._part(handle, "nvmlDeviceGetClockInfo", "clocks_mhz", key)
+
+    def nvmlDeviceGetPcieThroughput(self, handle: Handle, counter: int) -> int:
+        key = "tx" if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES else "rx"
+        return self._part(handle, "nvmlDeviceGetPcieThroughput", "pcie_kb_per_s", key)
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Handle) -> int:
+        return self._field(handle, "nvmlDeviceGetCurrentClocksEventReasons", "clocks_event_reasons")
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: Handle, error_type: int, counter: int) -> int:
+        key = "corrected" if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else "uncorrected"
+        return self._part(handle, "nvmlDeviceGetTotalEccErrors", "ecc_volatile", key)
+
+    # --- MIG
+
+    def nvmlDeviceGetMigMode(self, handle: Handle) -> tuple[int, int]:
+        mode = self._field(handle, "nvmlDeviceGetMigMode", "mig_mode")
+        return tuple(mode) if isinstance(mode, list) else (mode, mode)
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Handle) -> int:
+        return len(self._field(handle, "nvmlDeviceGetMaxMigDeviceCount", "mig_devices"))
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: int, slot: int) -> tuple[int, int]:
+        devices = self._field(handle, "nvmlDeviceGetMigDeviceHandleByIndex", "mig_devices")
+        if devices[slot] is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return (handle, slot)
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: tuple[int, int]) -> int:
+        return self._field(handle, "nvmlDeviceGetGpuInstanceId", "gpu_instance_id")
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: tuple[int, int]) -> int:
+        return self._field(handle, "nvmlDeviceGetComputeInstanceId", "compute_instance_id")
+
+    # --- processes
+
+    def _processes(self, handle: int, call: str, kind: str) -> list[SimpleNamespace]:
+        entries = self._field(handle, call, "processes").get(kind, [])
+        return [SimpleNamespace(pid=e["pid"], usedGpuMemory=e.get("used_memory")) for e in entries]
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[SimpleNamespace]:
+        return self._processes(handle, "nvmlDeviceGetComputeRunningProcesses", "compute")
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: int) -> list[SimpleNamespace]:
+        return self._processes(handle, "nvmlDeviceGetGraphicsRunningProcesses", "graphics")
+
+    def nvmlDeviceGetProcessUtilization(self, handle: int, last_seen: int) -> list[SimpleNamespace]:
+        """Per-process samples newer than ``last_seen`` (fixture key ``process_utilization``: pid, sm, time)."""
+        entries = self._field(handle, "nvmlDeviceGetProcessUtilization", "process_utilization")
+        return [SimpleNamespace(pid=e["pid"], smUtil=e["sm"], memUtil=0, timeStamp=e["time"]) for e in entries
+                if e["time"] > last_seen]

@@ -1,0 +1,409 @@
+"""THE reader of GPU state: one NVML device in, plain dataclasses out, for every stage that needs a GPU fact.
+
+``GpuDevice`` holds what does not change while a process runs (name, UUID, bus id, compute capability,
+PCIe link, MIG and persistence mode, maximum clocks); ``GpuSample`` holds the moving state (utilization,
+memory, power, clocks, temperature, slowdown reasons, ECC, MIG instances, processes). A field and its NVML
+read sit side by side: ``power_w: float | None = nvml("nvmlDeviceGetPowerUsage", convert=scaled(1e-3))``,
+and ``GpuReader`` fills every field so declared. Adding a metric is one such line; the monitor's table
+(``gpufly.monitor.metrics``) decides how it is shown and exported.
+
+A call the card does not support reads as None; a GPU that falls off the bus mid-read comes back with
+``lost=True`` while the others go on (nvitop's ``Device`` shape, with gpustat's tested faults).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from gpufly.hw.nvml import LOST, Nvml, decode
+
+Convert = Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class NvmlRead:
+    """How a field is read: the NVML function (the newer name first, older ones after), the names of the pynvml
+    constants it takes after the handle, and how its answer becomes the field's value (None: unreadable)."""
+
+    functions: tuple[str, ...]
+    args: tuple[str, ...] = ()
+    convert: Convert = lambda value: value
+
+
+def read_from(*functions: str, args: tuple[str, ...] = (), convert: Convert | None = None) -> dict[str, NvmlRead]:
+    """Field metadata that tells ``GpuReader`` how to read the field (numbers as float unless ``convert`` says)."""
+    return {"nvml": NvmlRead(functions, args, convert or number)}
+
+
+def nvml(*functions: str, args: tuple[str, ...] = (), convert: Convert | None = None) -> Any:
+    """A dataclass field (default None) read from NVML by ``GpuReader``: ``nvml("nvmlDeviceGetFanSpeed")``."""
+    return field(default=None, metadata=read_from(*functions, args=args, convert=convert))
+
+
+def number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def count(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def text(value: Any) -> str | None:
+    value = decode(value)
+    return value if isinstance(value, str) else None
+
+
+def scaled(factor: float) -> Convert:
+    """NVML's unit to gpufly's: ``scaled(1e-3)`` turns milliwatts into watts."""
+    return lambda value: None if number(value) is None else float(value) * factor
+
+
+def part(name: str, convert: Convert = number) -> Convert:
+    """One attribute of a struct NVML returns (``memory.used``), converted."""
+    return lambda value: convert(getattr(value, name, None))
+
+
+def enabled(value: Any) -> bool | None:
+    """NVML_FEATURE_ENABLED / NVML_DEVICE_MIG_ENABLE (1) as True; a (current, pending) pair reads its current."""
+    if isinstance(value, tuple | list):
+        value = value[0] if value else None
+    return None if value is None else value == 1
+
+
+def capability(value: Any) -> str | None:
+    """(8, 6) as "8.6", the form every stage uses."""
+    return f"{value[0]}.{value[1]}" if isinstance(value, tuple | list) and len(value) == 2 else None
+
+
+THROTTLE_REASON_BITS: dict[int, str] = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+"""NVML's clock-event (throttle) reason bits, from nvml.h (``nvmlClocksEventReason*``)."""
+
+NOT_SLOWDOWNS = frozenset({"gpu_idle", "applications_clocks_setting", "display_clock_setting"})
+"""Reasons that hold clocks down without costing speed the user asked for."""
+
+
+def throttle_reason_names(mask: int) -> list[str]:
+    """The names of the bits set in an NVML clock-event reason mask.
+
+    >>> throttle_reason_names(0x4 | 0x40)
+    ['sw_power_cap', 'hw_thermal_slowdown']
+    """
+    return [name for bit, name in THROTTLE_REASON_BITS.items() if mask & bit]
+
+
+def reason_names(mask: Any) -> list[str] | None:
+    return throttle_reason_names(int(mask)) if count(mask) is not None else None
+
+
+LOST_NAME = "unknown (GPU lost or inaccessible)"
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    """Static facts of one GPU as NVML reports them; a field NVML cannot give is None."""
+
+    index: int
+    name: str
+    uuid: str | None = nvml("nvmlDeviceGetUUID", convert=text)
+    memory_total_bytes: int | None = nvml("nvmlDeviceGetMemoryInfo", convert=part("total", count))
+    compute_capability: str | None = nvml("nvmlDeviceGetCudaComputeCapability", convert=capability)
+    pci_bus_id: str | None = nvml("nvmlDeviceGetPciInfo", convert=part("busId", text))
+    lost: bool = False
+    minor_number: int | None = nvml("nvmlDeviceGetMinorNumber", convert=count)
+    pcie_gen_current: int | None = nvml("nvmlDeviceGetCurrPcieLinkGeneration", convert=count)
+    pcie_gen_max: int | None = nvml("nvmlDeviceGetMaxPcieLinkGeneration", convert=count)
+    pcie_width_current: int | None = nvml("nvmlDeviceGetCurrPcieLinkWidth", convert=count)
+    pcie_width_max: int | None = nvml("nvmlDeviceGetMaxPcieLinkWidth", convert=count)
+    mig_mode: bool | None = nvml("nvmlDeviceGetMigMode", convert=enabled)
+    persistence_mode: bool | None = nvml("nvmlDeviceGetPersistenceMode", convert=enabled)
+    sm_clock_max_mhz: float | None = nvml("nvmlDeviceGetMaxClockInfo", args=("NVML_CLOCK_SM",))
+    memory_clock_max_mhz: float | None = nvml("nvmlDeviceGetMaxClockInfo", args=("NVML_CLOCK_MEM",))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ProcessSample:
+    """A process holding GPU memory, joined with what the OS says about it (psutil, in the monitor)."""
+
+    pid: int
+    gpu_index: int
+    kind: str
+    """"compute", "graphics" or "compute+graphics", as NVML lists it."""
+    gpu_memory_bytes: int | None = None
+    user: str | None = None
+    name: str | None = None
+    cmdline: str | None = None
+    cpu_percent: float | None = None
+    rss_bytes: int | None = None
+    container: str | None = None
+    """Short container id from /proc/PID/cgroup (docker, containerd, podman, kubepods), where readable."""
+    gpu_sm_percent: float | None = None
+    """The process's share of SM time since the last sample (NVML process utilization); None where the
+    card or mode (MIG, vGPU) does not report it."""
+
+
+@dataclass
+class MigSample:
+    """One MIG instance of a GPU in MIG mode."""
+
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+    profile: str | None
+    uuid: str | None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+
+
+@dataclass
+class GpuSample:
+    """The state of one GPU at one moment; a lost GPU keeps its index and name, the rest is None."""
+
+    index: int
+    name: str
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    minor_number: int | None = None
+    lost: bool = False
+    utilization_gpu_percent: float | None = nvml("nvmlDeviceGetUtilizationRates", convert=part("gpu"))
+    """NVML "GPU utilization": share of time some kernel ran, not how busy the SMs were."""
+    utilization_memory_percent: float | None = nvml("nvmlDeviceGetUtilizationRates", convert=part("memory"))
+    memory_used_bytes: int | None = nvml("nvmlDeviceGetMemoryInfo", convert=part("used", count))
+    memory_total_bytes: int | None = nvml("nvmlDeviceGetMemoryInfo", convert=part("total", count))
+    memory_free_bytes: int | None = nvml("nvmlDeviceGetMemoryInfo", convert=part("free", count))
+    power_w: float | None = nvml("nvmlDeviceGetPowerUsage", convert=scaled(1e-3))
+    power_limit_w: float | None = nvml("nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetPowerManagementLimit",
+                                       convert=scaled(1e-3))
+    energy_j: float | None = nvml("nvmlDeviceGetTotalEnergyConsumption", convert=scaled(1e-3))
+    """Energy since the driver loaded (NVML's total energy counter), in joules."""
+    temperature_c: float | None = nvml("nvmlDeviceGetTemperature", args=("NVML_TEMPERATURE_GPU",))
+    fan_percent: float | None = nvml("nvmlDeviceGetFanSpeed")
+    sm_clock_mhz: float | None = nvml("nvmlDeviceGetClockInfo", args=("NVML_CLOCK_SM",))
+    sm_clock_max_mhz: float | None = None
+    memory_clock_mhz: float | None = nvml("nvmlDeviceGetClockInfo", args=("NVML_CLOCK_MEM",))
+    memory_clock_max_mhz: float | None = None
+    pcie_tx_bytes_per_s: float | None = nvml("nvmlDeviceGetPcieThroughput", args=("NVML_PCIE_UTIL_TX_BYTES",),
+                                             convert=scaled(1024))
+    """KB/s over the last 20 ms in NVML (nvml.h), in bytes per second here."""
+    pcie_rx_bytes_per_s: float | None = nvml("nvmlDeviceGetPcieThroughput", args=("NVML_PCIE_UTIL_RX_BYTES",),
+                                             convert=scaled(1024))
+    throttle_reasons: list[str] | None = field(default=None, metadata=read_from(
+        "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons", convert=reason_names))
+    """Active clock-event reasons by name (``sw_power_cap``, ``hw_thermal_slowdown``, ...); [] when none.
+    The R535+ name is asked first, the older "throttle" name where the binding lacks it."""
+    ecc_corrected_volatile: int | None = nvml(
+        "nvmlDeviceGetTotalEccErrors", args=("NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_VOLATILE_ECC"), convert=count)
+    ecc_uncorrected_volatile: int | None = nvml(
+        "nvmlDeviceGetTotalEccErrors", args=("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", "NVML_VOLATILE_ECC"), convert=count)
+    mig_enabled: bool | None = nvml("nvmlDeviceGetMigMode", convert=enabled)
+    mig: list[MigSample] = field(default_factory=list)
+    processes: list[ProcessSample] = field(default_factory=list)
+
+    @property
+    def memory_used_fraction(self) -> float | None:
+        if self.memory_used_bytes is None or not self.memory_total_bytes:
+            return None
+        return self.memory_used_bytes / self.memory_total_bytes
+
+    @property
+    def power_fraction(self) -> float | None:
+        if self.power_w is None or not self.power_limit_w:
+            return None
+        return self.power_w / self.power_limit_w
+
+    @property
+    def sm_clock_fraction(self) -> float | None:
+        if self.sm_clock_mhz is None or not self.sm_clock_max_mhz:
+            return None
+        return self.sm_clock_mhz / self.sm_clock_max_mhz
+
+    @property
+    def slowdown_reasons(self) -> list[str]:
+        """Active reasons that cost speed; idle and application-clock settings are not slowdowns."""
+        return [r for r in self.throttle_reasons or [] if r not in NOT_SLOWDOWNS]
+
+
+STATIC_IN_SAMPLE: tuple[str, ...] = ("name", "uuid", "pci_bus_id", "minor_number", "sm_clock_max_mhz",
+                                     "memory_clock_max_mhz")
+"""The ``GpuDevice`` facts every sample carries (read once per GPU, not once per sample)."""
+
+
+_DECLARED: dict[type, tuple[tuple[str, NvmlRead], ...]] = {}
+
+
+def declared_reads(record: type) -> tuple[tuple[str, NvmlRead], ...]:
+    """The fields of a dataclass declared with ``nvml(...)``, each with how it is read (looked up once per class)."""
+    if record not in _DECLARED:
+        _DECLARED[record] = tuple((item.name, item.metadata["nvml"]) for item in fields(record)
+                                  if "nvml" in item.metadata)
+    return _DECLARED[record]
+
+
+class _Reader:
+    """Reads one handle's fields, asking each distinct NVML call once and remembering whether the GPU is lost."""
+
+    def __init__(self, nvml: Nvml, handle: Any) -> None:
+        self.nvml, self.handle = nvml, handle
+        self.lost = False
+        self._answers: dict[tuple[str, tuple[str, ...]], Any] = {}
+
+    def ask(self, function: str, *args: Any) -> Any:
+        if self.lost:
+            return None
+        value, error = self.nvml.call(function, self.handle, *args)
+        self.lost = error == LOST
+        return value
+
+    def read(self, how: NvmlRead) -> Any:
+        """A field's value: the first of its functions that answers, converted; None when none does."""
+        value = None
+        for function in how.functions:
+            value = self._answer(function, how.args)
+            if value is not None or self.lost:
+                break
+        return None if value is None else how.convert(value)
+
+    def _answer(self, function: str, constants: tuple[str, ...]) -> Any:
+        """NVML's raw answer, asked once per sample: three fields share one ``nvmlDeviceGetMemoryInfo``."""
+        key = (function, constants)
+        if key not in self._answers:
+            self._answers[key] = self.ask(function, *(getattr(self.nvml.lib, name) for name in constants))
+        return self._answers[key]
+
+    def fill(self, target: Any) -> None:
+        """Set every field of ``target`` declared with ``nvml(...)``."""
+        for name, how in declared_reads(type(target)):
+            object.__setattr__(target, name, self.read(how))
+
+
+def _mig_profile(name: str | None) -> str | None:
+    """'NVIDIA A100-SXM4-80GB MIG 1g.10gb' -> '1g.10gb' (DCGM's GPU_I_PROFILE label)."""
+    if not name or " MIG " not in name:
+        return None
+    return name.rsplit(" MIG ", 1)[1].strip() or None
+
+
+class GpuReader:
+    """The one reader of GPU state over an open ``Nvml`` session: static facts cached per GPU, samples fresh.
+
+    Safe to poll from one thread (the monitor's sampler, the profiler's watch); a GPU that falls off the bus
+    reads ``lost=True`` and keeps the name it had.
+    """
+
+    def __init__(self, nvml: Nvml) -> None:
+        self.nvml = nvml
+        self._static: dict[int, GpuDevice] = {}
+        self._util_seen: dict[int, int] = {}
+
+    def count(self) -> int:
+        return self.nvml.device_count()
+
+    def devices(self) -> list[GpuDevice]:
+        return [self.device(index) for index in range(self.count())]
+
+    def device(self, index: int) -> GpuDevice:
+        """Static facts of GPU ``index``, read once; a GPU lost or inaccessible comes back with lost=True."""
+        if index in self._static:
+            return self._static[index]
+        handle = self.nvml.query("nvmlDeviceGetHandleByIndex", index)
+        if handle is None:
+            return GpuDevice(index, LOST_NAME, lost=True)
+        reader = _Reader(self.nvml, handle)
+        return self._read_device(index, reader) or GpuDevice(index, LOST_NAME, lost=True)
+
+    def _read_device(self, index: int, reader: _Reader) -> GpuDevice | None:
+        device = GpuDevice(index, text(reader.ask("nvmlDeviceGetName")) or "unknown")
+        reader.fill(device)
+        if reader.lost:
+            return None
+        self._static[index] = device
+        return device
+
+    def sample(self, index: int) -> GpuSample:
+        """Static and moving state of GPU ``index`` now; lost=True when it fell off the bus."""
+        handle = self.nvml.query("nvmlDeviceGetHandleByIndex", index)
+        if handle is None:
+            return self._lost(index)
+        reader = _Reader(self.nvml, handle)
+        device = self._static.get(index) or self._read_device(index, reader)
+        if device is None:
+            return self._lost(index)
+        gpu = GpuSample(index=index, **{name: getattr(device, name) for name in STATIC_IN_SAMPLE})
+        reader.fill(gpu)
+        if gpu.mig_enabled and not reader.lost:
+            gpu.mig = self._read_mig(reader)
+        if not reader.lost:
+            gpu.processes = self._read_processes(reader, index)
+        return self._lost(index) if reader.lost else gpu
+
+    def _lost(self, index: int) -> GpuSample:
+        known = self._static.get(index)
+        if known is None:
+            return GpuSample(index=index, name="unknown GPU", lost=True)
+        return GpuSample(index=index, name=known.name, uuid=known.uuid, pci_bus_id=known.pci_bus_id, lost=True)
+
+    def _read_mig(self, reader: _Reader) -> list[MigSample]:
+        instances = []
+        for slot in range(count(reader.ask("nvmlDeviceGetMaxMigDeviceCount")) or 0):
+            handle = self.nvml.query("nvmlDeviceGetMigDeviceHandleByIndex", reader.handle, slot)
+            if handle is not None:
+                instances.append(self._mig_instance(_Reader(self.nvml, handle)))
+        return instances
+
+    def _mig_instance(self, mig: _Reader) -> MigSample:
+        memory = mig.ask("nvmlDeviceGetMemoryInfo")
+        return MigSample(
+            gpu_instance_id=count(mig.ask("nvmlDeviceGetGpuInstanceId")),
+            compute_instance_id=count(mig.ask("nvmlDeviceGetComputeInstanceId")),
+            profile=_mig_profile(text(mig.ask("nvmlDeviceGetName"))),
+            uuid=text(mig.ask("nvmlDeviceGetUUID")),
+            memory_used_bytes=count(getattr(memory, "used", None)),
+            memory_total_bytes=count(getattr(memory, "total", None)),
+        )
+
+    def _process_utilization(self, reader: _Reader, index: int) -> dict[int, float]:
+        """SM% per pid from NVML's samples newer than the last ones seen; empty where unsupported.
+
+        NVML keeps a short buffer of per-process samples; asking from the last timestamp seen gives the
+        ones since the previous sample, and a pid's latest sample is its figure for this interval.
+        """
+        samples = reader.ask("nvmlDeviceGetProcessUtilization", self._util_seen.get(index, 0)) or []
+        latest: dict[int, tuple[int, float]] = {}
+        for sample in samples:
+            stamp = int(getattr(sample, "timeStamp", 0))
+            if stamp >= latest.get(int(sample.pid), (-1, 0.0))[0]:
+                latest[int(sample.pid)] = (stamp, float(sample.smUtil))
+        if latest:
+            self._util_seen[index] = max(stamp for stamp, _ in latest.values())
+        return {pid: value for pid, (_, value) in latest.items()}
+
+    def _read_processes(self, reader: _Reader, index: int) -> list[ProcessSample]:
+        """The processes NVML lists on the GPU (pid, kind, memory, SM share); the OS side is the caller's."""
+        by_pid: dict[int, ProcessSample] = {}
+        for kind, function in (("compute", "nvmlDeviceGetComputeRunningProcesses"),
+                               ("graphics", "nvmlDeviceGetGraphicsRunningProcesses")):
+            for entry in reader.ask(function) or []:
+                known = by_pid.get(int(entry.pid))
+                if known is None:
+                    memory = count(getattr(entry, "usedGpuMemory", None))
+                    by_pid[int(entry.pid)] = ProcessSample(pid=int(entry.pid), gpu_index=index, kind=kind,
+                                                           gpu_memory_bytes=memory)
+                else:
+                    known.kind = "compute+graphics"
+        for pid, sm_percent in self._process_utilization(reader, index).items():
+            if pid in by_pid:
+                by_pid[pid].gpu_sm_percent = sm_percent
+        return list(by_pid.values())
