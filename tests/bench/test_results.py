@@ -52,14 +52,19 @@ def _recorded() -> dict:
     (lambda d: d.update(schema_version="1"), "no schema_version"),
     (lambda d: d.update(schema_version=0), "invalid schema_version"),
     (lambda d: d.update(kind="gpufly.tune"), "not a gpufly bench result"),
-    (lambda d: d.pop("results"), "malformed"),
-    (lambda d: d.pop("device"), "malformed"),
-    (lambda d: d["device"].update(colour="red"), "malformed"),
-    (lambda d: d["results"][0].pop("timing"), "malformed"),
-    (lambda d: d["results"][0].update(value="fast"), "malformed"),
-    (lambda d: d["results"][0]["timing"].update(median_s=None), "malformed"),
-    (lambda d: d["results"][0]["timing"].update(extra=1), "malformed"),
-])
+    (lambda d: d.pop("results"), "results is missing (a required field)"),
+    (lambda d: d.pop("device"), "device is missing (a required field)"),
+    (lambda d: d.pop("started_at"), "started_at is missing (a required field)"),
+    (lambda d: d["device"].update(colour="red"), "device has unknown field(s) colour"),
+    (lambda d: d["results"][0].pop("timing"), "results[0].timing is missing (a required field)"),
+    (lambda d: d["results"][0].update(value="fast"), 'results[0].value must be a number, got "fast"'),
+    (lambda d: d["results"][0].update(value=True), "results[0].value must be a number, got true"),
+    (lambda d: d["results"][0].update(params=[1]), "results[0].params must be an object, got [1]"),
+    (lambda d: d["results"][0]["timing"].update(median_s=None),
+     "results[0].timing.median_s must be a number, got null"),
+    (lambda d: d["results"][0]["timing"].update(extra=1), "results[0].timing has unknown field(s) extra"),
+    (lambda d: d["errors"].append({"name": "gemm.fp8"}), "errors[0].group is missing (a required field)"),
+], ids=lambda value: value if isinstance(value, str) else "")
 def test_malformed_or_future_files_are_refused(tmp_path: Path, change, message) -> None:
     data = _recorded()
     change(data)
@@ -67,7 +72,8 @@ def test_malformed_or_future_files_are_refused(tmp_path: Path, change, message) 
     path.write_text(json.dumps(data))
     with pytest.raises(GpuflyError) as caught:
         load_run(path)
-    assert message in caught.value.message + (caught.value.hint or "")
+    assert message in caught.value.message + " " + (caught.value.hint or "")
+    assert caught.value.hint
 
 
 @pytest.mark.parametrize("text", ["not json", "[1, 2]", "null", '"run"'])
@@ -90,3 +96,18 @@ def test_save_writes_a_whole_readable_file(tmp_path: Path) -> None:
     assert load_run(target).to_dict() == run.to_dict()
     assert [p.name for p in target.parent.iterdir()] == ["run.json"]
     assert target.stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.parametrize("target", [Path("/dev/full"), Path("folder")], ids=["a device node", "a folder"])
+def test_save_refuses_what_is_not_a_regular_file(tmp_path: Path, target: Path) -> None:
+    """A device node is refused, not replaced by a file (nor written into, where writes vanish)."""
+    if not target.is_absolute():
+        target = tmp_path / target
+        target.mkdir()
+    elif not target.exists():
+        pytest.skip(f"{target} is not on this system")
+    with pytest.raises(GpuflyError) as caught:
+        load_run(RECORDED[0]).save(target)
+    assert caught.value.message.startswith(f"cannot write {target}: it is ")
+    assert caught.value.hint == "save to a file in a folder you can write, e.g. --save bench.json"
+    assert not target.is_file()

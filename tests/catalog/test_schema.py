@@ -78,12 +78,21 @@ def test_data_center_hopper_figures_are_dense(catalog) -> None:
     assert h100.fp8_tensor_tflops == pytest.approx(1979, rel=0.01)
 
 
-def test_a_broken_entry_is_refused_by_field_name() -> None:
-    with pytest.raises(GpuflyError, match=r"unknown field.*vram_gb"):
-        spec_from_entry({**ENTRIES[0], "vram_gb": 24})
-    broken = {k: v for k, v in ENTRIES[0].items() if k != "memory_bandwidth_gbps"}
-    with pytest.raises(GpuflyError, match=r"lacks required field.*memory_bandwidth_gbps"):
-        spec_from_entry(broken)
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda e: e.update(vram_gb=24), "{where} has unknown field(s) vram_gb"),
+    (lambda e: e.pop("memory_bandwidth_gbps"), "{where}: memory_bandwidth_gbps is missing (a required field)"),
+    (lambda e: e.update(vram_gib="24"), '{where}: vram_gib must be a number, got "24"'),
+    (lambda e: e.update(sources="https://example.com"), '{where}: sources must be a list, got "https://example.com"'),
+    (lambda e: e.update(launch_year=2020.5), "{where}: launch_year must be a whole number, got 2020.5"),
+], ids=["unknown", "missing", "text for a number", "text for a list", "fraction for a year"])
+def test_a_broken_entry_is_refused_by_field_name(change, message: str) -> None:
+    entry = dict(ENTRIES[0])
+    change(entry)
+    with pytest.raises(GpuflyError) as caught:
+        spec_from_entry(entry)
+    where = f"catalog entry {ENTRIES[0]['_file']}: {ENTRIES[0]['id']}"
+    assert caught.value.message == message.format(where=where)
+    assert caught.value.hint
 
 
 def test_unreadable_catalog_file_is_a_clear_error(tmp_path) -> None:

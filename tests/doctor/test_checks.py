@@ -105,6 +105,24 @@ MALFORMED = [
 ]
 
 
+ODD_BUT_VALID = [
+    ("frameworks.0.version", "2.13.0+cpu"),            # a PEP 440 local version, as pip shows it
+    ("frameworks.0.version", "2.5.0a0+872d972e41"),    # NVIDIA's containers build pre-releases
+    ("driver.version", "580"),                          # a driver version may have one part
+    ("frameworks.0.arch_list", ["sm_90a", "compute_120"]),
+    ("gpus.0.memory_free_bytes", None),                 # a figure the probe could not read
+    ("gpus.0.pcie_width_current", 0),
+]
+
+
+@pytest.mark.parametrize("path, value", ODD_BUT_VALID, ids=[f"{p}={v}" for p, v in ODD_BUT_VALID])
+def test_odd_but_valid_values_are_read(tmp_path, path: str, value: object) -> None:
+    saved = tmp_path / "facts.json"
+    saved.write_text(_with(path, value))
+    facts = load_facts(saved)
+    assert facts_from_dict(json.loads(json.dumps(facts.to_dict())), "again") == facts
+
+
 @pytest.mark.parametrize("text, message", MALFORMED, ids=[m for _, m in MALFORMED])
 def test_malformed_fact_files_are_clear_errors(cli, tmp_path, text: str, message: str) -> None:
     """Each wrong value is refused when the file is read, naming its field, the same for doctor and install."""
@@ -147,9 +165,12 @@ def test_doctor_replays_saved_facts(cli, tmp_path) -> None:
     result = cli("doctor", "--facts", str(facts_path), "--json")
     assert result.code == 1
     data = json.loads(result.stdout)
-    assert data["ok"] is False and data["findings"][0]["check"] == "arch_missing"
-    text = cli("doctor", "--facts", str(facts_path))
-    assert "no kernel image" in text.stdout.replace("\n", " ") or "dropped" in text.stdout
+    dropped = ("this PyTorch build dropped the NVIDIA GeForce GTX 1080 Ti (compute capability 6.1; oldest "
+               "compiled: sm_75)")
+    assert data["ok"] is False and (data["findings"][0]["check"], data["findings"][0]["what"]) == (
+        "arch_missing", dropped)
+    text = cli("doctor", "--facts", str(facts_path), env={"COLUMNS": "200"})
+    assert f"1   fail     {dropped}" in text.stdout
 
 
 def test_doctor_on_a_broken_fact_file_is_one_error_line(cli, tmp_path) -> None:
@@ -182,14 +203,20 @@ def test_slow_fp16_follows_the_matched_catalog_entry() -> None:
     assert slow_half_precision(_gpu("NVIDIA No Figure 61", "6.1"), catalog), "no FP16 figure: the CC decides"
 
 
-def test_slow_fp16_with_the_shipped_catalog_and_without_an_entry(catalog) -> None:
-    assert slow_half_precision(_gpu("NVIDIA GeForce GTX 1080 Ti", "6.1"), catalog)
-    assert not slow_half_precision(_gpu("Tesla P100-PCIE-16GB", "6.0"), catalog)
+@pytest.mark.parametrize(("name", "cc", "slow"), [
+    ("NVIDIA GeForce GTX 1080 Ti", "6.1", True),
+    ("Tesla P100-PCIE-16GB", "6.0", False),
     # not in the catalog: the compute capability decides; the Jetsons run FP16 at twice the FP32 rate
-    assert slow_half_precision(_gpu("Quadro P4000", "6.1"), catalog)
-    assert slow_half_precision(_gpu("GeForce GTX 980", "5.2"), catalog)
-    assert not slow_half_precision(_gpu("NVIDIA Tegra X2", "6.2"), catalog)
-    assert not slow_half_precision(_gpu("NVIDIA Tegra X1", "5.3"), catalog)
+    ("Quadro P4000", "6.1", True),
+    ("GeForce GTX 980", "5.2", True),
+    ("NVIDIA Tegra X2", "6.2", False),
+    ("NVIDIA Tegra X1", "5.3", False),
+])
+def test_slow_fp16_with_the_shipped_catalog_and_without_an_entry(catalog, name: str, cc: str, slow: bool) -> None:
+    assert slow_half_precision(_gpu(name, cc), catalog) is slow
+
+
+def test_only_the_slow_card_is_warned_about() -> None:
     facts = Facts(DriverFact(True, "540.4.0", "12.6"), gpus=(_gpu("NVIDIA Tegra X2", "6.2"),
                                                               _gpu("Quadro P4000", "6.1")))
     warned = [f.what for f in diagnose(facts) if f.check == "slow_fp16"]

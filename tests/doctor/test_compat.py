@@ -1,77 +1,31 @@
-"""The version tables validate, and the rules over them hold at their boundaries."""
+"""The rules over the version tables hold at their boundaries (the tables themselves: test_tables.py)."""
 
 from __future__ import annotations
 
-import copy
 import doctest
-import json
 import re
 
 import pytest
 
 import gpufly.doctor.compat
 from gpufly.doctor.compat import (
-    DATA_DIR,
-    TABLES,
     arch_covers,
+    cuda_key,
     driver_runs_natively,
     driver_supports,
     jax_extras,
     min_driver_for,
     parse_arch,
+    python_key,
     tensorflow_facts,
     tensorflow_releases,
     toolkit_driver,
     torch_release,
     torch_releases,
     torch_variants,
-    validate_tables,
     version_at_least,
 )
 from gpufly.errors import GpuflyError
-
-
-def _raw(name: str) -> dict:
-    return json.loads((DATA_DIR / f"{name}.json").read_text())
-
-
-def test_shipped_tables_validate() -> None:
-    assert validate_tables() == []
-
-
-def test_every_row_of_every_table_has_a_source() -> None:
-    def rows(node):
-        if isinstance(node, dict):
-            yield node
-            for value in node.values():
-                yield from rows(value)
-        elif isinstance(node, list):
-            for value in node:
-                yield from rows(value)
-
-    for name in TABLES:
-        doc = _raw(name)
-        for key in ("toolkits", "families", "releases", "variants", "extras", "removed_packages"):
-            for row in (r for r in rows(doc) if key in r for r in r[key]):
-                assert str(row.get("source", "")).startswith("https://"), (name, row)
-
-
-def test_validation_reports_a_row_without_source_and_a_bad_arch() -> None:
-    tables = {name: copy.deepcopy(_raw(name)) for name in TABLES}
-    del tables["cuda_drivers"]["toolkits"][0]["source"]
-    tables["torch_wheels"]["releases"][0]["variants"][0]["arch_list"].append("sm_6")
-    tables["jax"]["extras"][0]["min_driver_linux"] = "580.x"
-    problems = validate_tables(tables)
-    assert any("CUDA 13.1: no https source" in p for p in problems)
-    assert any("'sm_6' is not sm_XY" in p for p in problems)
-    assert any("jax[cuda13] driver" in p for p in problems)
-
-
-def test_validation_refuses_cu113_era_indexes() -> None:
-    tables = {name: copy.deepcopy(_raw(name)) for name in TABLES}
-    tables["torch_wheels"]["releases"][-1]["variants"].append(
-        {"variant": "cu113", "cuda": "11.3", "status": "stable", "source": "https://example.org"})
-    assert any("too old to recommend" in p for p in validate_tables(tables))
 
 
 def test_docstring_examples_run() -> None:
@@ -81,12 +35,33 @@ def test_docstring_examples_run() -> None:
 
 # --- drivers ------------------------------------------------------------------------------------
 
-def test_versions_compare_as_numbers() -> None:
-    assert version_at_least("550.54.15", "550.9")
-    assert version_at_least("580", "580.0.0")
-    assert not version_at_least("525.60.12", "525.60.13")
-    with pytest.raises(GpuflyError, match=re.escape("cannot read")):
-        version_at_least("N/A", "525")
+@pytest.mark.parametrize(("version", "floor", "at_least"), [
+    ("550.54.15", "550.9", True),     # numbers, not text: 54 > 9
+    ("580", "580.0.0", True),         # missing parts count as 0
+    ("580.0.0", "580", True),
+    ("525.60.12", "525.60.13", False),
+    ("2.13.0+cpu", "2.13", True),     # a PEP 440 local version reads as its release
+    ("2.5.0a0+872d972e41", "2.5", False),  # a pre-release comes before its release
+])
+def test_versions_compare_as_numbers(version: str, floor: str, at_least: bool) -> None:
+    assert version_at_least(version, floor) is at_least
+
+
+@pytest.mark.parametrize(("call", "message", "hint"), [
+    (lambda: version_at_least("N/A", "525"), "cannot read version 'N/A'", "expected dotted numbers, e.g. 550.54.15"),
+    (lambda: cuda_key("twelve"), "cannot read CUDA version 'twelve'", "expected dotted numbers, e.g. 12.6"),
+    (lambda: python_key("3"), "cannot read Python version '3'", "expected e.g. 3.12"),
+    (lambda: python_key("three"), "cannot read Python version 'three'", "expected dotted numbers, e.g. 3.12"),
+])
+def test_an_unreadable_version_is_one_error_with_an_example(call, message: str, hint: str) -> None:
+    with pytest.raises(GpuflyError) as caught:
+        call()
+    assert (caught.value.message, caught.value.hint) == (message, hint)
+
+
+@pytest.mark.parametrize(("text", "key"), [("12.6", (12, 6)), ("12.6.3", (12, 6)), ("13", (13, 0))])
+def test_cuda_key_is_major_and_minor(text: str, key: tuple[int, int]) -> None:
+    assert cuda_key(text) == key
 
 
 @pytest.mark.parametrize(("driver", "cuda", "platform", "runs"), [

@@ -70,7 +70,8 @@ def test_deep_with_saved_facts_says_the_smoke_test_is_skipped(cli, tmp_path) -> 
 def test_install_refuses_a_cuda_it_cannot_honour(cli, tmp_path, framework: str, cuda: str, message: str) -> None:
     result = cli("install", framework, "--cuda", cuda, "--facts", str(_facts_file(tmp_path, "healthy_gpu")))
     assert result.code == 2 and "Traceback" not in result.stderr
-    assert result.stderr.splitlines()[0] == message or result.stderr.splitlines()[0].startswith(message)
+    first, second = result.stderr.splitlines()
+    assert first == message and second.startswith("hint: ")
 
 
 def test_install_jax_honours_cuda(cli, tmp_path) -> None:
@@ -98,7 +99,8 @@ def _fake_pip(root: Path) -> Path:
 
 
 @pytest.mark.parametrize("framework", ["torch", "tensorflow", "jax"])
-def test_install_run_runs_the_printed_command(cli, tmp_path, framework: str) -> None:
+def test_install_run_runs_the_printed_command(cli, capfd, tmp_path, framework: str) -> None:
+    """pip runs as a child of gpufly's process, writing to the terminal itself (capfd reads it there)."""
     log = tmp_path / "pip_args.json"
     env = {"PYTHONPATH": str(_fake_pip(tmp_path / "fake")), "FAKE_PIP_LOG": str(log)}
     result = cli("install", framework, "--run", "--facts", str(_facts_file(tmp_path, "healthy_gpu")), env=env)
@@ -106,7 +108,7 @@ def test_install_run_runs_the_printed_command(cli, tmp_path, framework: str) -> 
     printed = result.stdout.splitlines()[0]
     assert printed.startswith("pip install ")
     assert ["pip", *json.loads(log.read_text())] == shlex.split(printed)
-    assert "fake pip ran" in result.stdout
+    assert capfd.readouterr().out == "fake pip ran\n"
 
 
 def test_install_run_that_fails_exits_non_zero_with_one_clear_line(cli, tmp_path) -> None:
@@ -134,3 +136,30 @@ def test_install_run_without_a_command_runs_nothing(cli, tmp_path) -> None:
         "error: nothing to run: no build works with this driver",
         "hint: update the NVIDIA driver to at least 580, then run: pip install torch==2.14.* --index-url "
         "https://download.pytorch.org/whl/cu132"]
+
+
+def test_save_writes_the_facts_it_diagnosed(cli, tmp_path) -> None:
+    source = _facts_file(tmp_path, "healthy_gpu")
+    saved = tmp_path / "saved.json"
+    result = cli("doctor", "--facts", str(source), "--save", str(saved))
+    assert result.code == 0, result.stderr
+    assert f"facts written to {saved}" in result.stdout
+    written = json.loads(saved.read_text())
+    assert written == {"schema_version": 1, **json.loads(source.read_text())}
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [], "no temporary file left behind"
+
+
+@pytest.mark.parametrize("target, message", [
+    ("/dev/full", "cannot write /dev/full: it is not a regular file (a device, pipe or socket)"),
+    ("{tmp}", "cannot write {tmp}: it is a folder"),
+    ("{tmp}/missing/facts.json", "cannot write {tmp}/missing/facts.json: No such file or directory"),
+], ids=["a device node", "a folder", "a missing folder"])
+def test_save_refuses_what_it_cannot_write_whole(cli, tmp_path, target: str, message: str) -> None:
+    """A device node such as /dev/full is refused, not replaced by a file: one error line, exit code 2."""
+    if target == "/dev/full" and not Path(target).exists():
+        pytest.skip("/dev/full is not on this system")
+    target, message = target.format(tmp=tmp_path), message.format(tmp=tmp_path)
+    result = cli("doctor", "--facts", str(_facts_file(tmp_path, "healthy_gpu")), "--save", target)
+    assert result.code == 2 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [f"error: {message}",
+                                          "hint: save to a file in a folder you can write, e.g. --save facts.json"]

@@ -1,20 +1,25 @@
-"""Results of a bench run and the file they are saved in: a versioned schema, checked on load."""
+"""Results of a bench run and the file they are saved in: a versioned schema, checked on load.
+
+A saved run is read back through ``gpufly.records.from_dict``, strictly: a value that is not a number, a
+timing without its seconds, a field this version does not know is one error naming the field
+("run.json: results[0].value must be a number, got "fast"").
+"""
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from gpufly.bench.timing import Timing
 from gpufly.errors import GpuflyError
-from gpufly.jsonfile import read_json
+from gpufly.jsonfile import read_json, write_json_atomic
+from gpufly.records import from_dict
 
 SCHEMA_VERSION = 1
 KIND = "gpufly.bench"
+READ_HINT = "pass a file written by `gpufly bench --save`"
+WRITE_HINT = "save to a file in a folder you can write, e.g. --save bench.json"
 
 
 @dataclass(frozen=True)
@@ -80,10 +85,6 @@ class BenchResult:
         data["timing"] = self.timing.to_dict()
         return data
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> BenchResult:
-        return cls(**{**data, "timing": Timing.from_dict(data["timing"])})
-
 
 @dataclass(frozen=True)
 class BenchError:
@@ -126,61 +127,32 @@ class BenchRun:
         }
 
     def save(self, path: Path) -> None:
-        """Write the run to ``path`` atomically, so an interrupted run leaves a whole file behind."""
-        path = Path(path)
-        text = json.dumps(self.to_dict(), indent=2) + "\n"
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            with os.fdopen(handle, "w") as out:
-                out.write(text)
-            os.chmod(temporary, 0o644)
-            os.replace(temporary, path)
-        except OSError as exc:
-            raise GpuflyError(f"cannot write {path}: {exc.strerror or exc}",
-                              "save to a file in a folder you can write, e.g. --save bench.json") from exc
+        """Write the run to ``path`` atomically (creating its folder), so an interrupted run leaves a whole file
+        behind; a folder or a device node (/dev/full) is refused, not replaced."""
+        write_json_atomic(Path(path), self.to_dict(), hint=WRITE_HINT, parents=True)
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "bench results") -> BenchRun:
         """Check and read a saved run; anything malformed is a GpuflyError naming what is wrong."""
-        hint = "pass a file written by `gpufly bench --save`"
         if not isinstance(data, dict) or data.get("kind", KIND) != KIND:
-            raise GpuflyError(f"{source} is not a gpufly bench result", hint=hint)
+            raise GpuflyError(f"{source} is not a gpufly bench result", hint=READ_HINT)
         version = data.get("schema_version")
         if not isinstance(version, int) or isinstance(version, bool):
-            raise GpuflyError(f"{source} has no schema_version", hint=hint)
+            raise GpuflyError(f"{source} has no schema_version", hint=READ_HINT)
         if version > SCHEMA_VERSION:
             raise GpuflyError(f"{source} has schema_version {version}; this gpufly reads up to {SCHEMA_VERSION}",
                               hint="upgrade gpufly to read it")
         if version < 1:
-            raise GpuflyError(f"{source} has an invalid schema_version {version}", hint=hint)
-        try:
-            return cls(
-                device=DeviceFacts(**data["device"]),
-                started_at=str(data["started_at"]),
-                finished_at=data.get("finished_at"),
-                settings=dict(data.get("settings") or {}),
-                results=[_checked(BenchResult.from_dict(r)) for r in data["results"]],
-                errors=[BenchError(**e) for e in data.get("errors", [])],
-                schema_version=version,
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise GpuflyError(f"{source} is malformed ({type(exc).__name__}: {exc})", hint=hint) from exc
-
-
-def _checked(result: BenchResult) -> BenchResult:
-    if not isinstance(result.value, int | float) or isinstance(result.value, bool):
-        raise ValueError(f"result {result.name!r} has a non-numeric value")
-    if not all(isinstance(t, int | float) for t in (result.timing.median_s, result.timing.min_s, result.timing.max_s)):
-        raise ValueError(f"result {result.name!r} has a timing without seconds")
-    if not isinstance(result.params, dict):
-        raise ValueError(f"result {result.name!r} has params that are not an object")
-    return result
+            raise GpuflyError(f"{source} has an invalid schema_version {version}", hint=READ_HINT)
+        if "results" not in data:
+            raise GpuflyError(f"{source}: results is missing (a required field)",
+                              hint="a saved run always lists its results, even none; " + READ_HINT)
+        body = {key: value for key, value in data.items() if key != "kind"}
+        return from_dict(cls, body, source, hint=READ_HINT, unknown="error")
 
 
 def load_run(path: Path) -> BenchRun:
     """Read a run saved by `gpufly bench --save`."""
     path = Path(path)
-    data = read_json(path, missing=f"cannot read {path}: no such file",
-                     hint="pass a file written by `gpufly bench --save`")
+    data = read_json(path, missing=f"cannot read {path}: no such file", hint=READ_HINT)
     return BenchRun.from_dict(data, source=str(path))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
@@ -10,12 +9,11 @@ from typing import Any
 
 from gpufly.catalog.spec import GpuSpec
 from gpufly.errors import GpuflyError
+from gpufly.records import from_dict
 
 DATA_DIR = Path(__file__).with_name("data")
 SCHEMA_PATH = Path(__file__).with_name("gpus.schema.json")
-
-_SPEC_FIELDS = {f.name: f for f in dataclasses.fields(GpuSpec) if f.name != "derived"}
-_REQUIRED = {name for name, f in _SPEC_FIELDS.items() if f.default is dataclasses.MISSING}
+CATALOG_HINT = "each [[gpu]] table follows src/gpufly/catalog/gpus.schema.json"
 
 
 def read_entries(paths: Iterable[Path]) -> list[dict[str, Any]]:
@@ -33,18 +31,11 @@ def read_entries(paths: Iterable[Path]) -> list[dict[str, Any]]:
 
 
 def spec_from_entry(entry: dict[str, Any]) -> GpuSpec:
-    """Build a GpuSpec from one table, refusing unknown or missing fields by name."""
-    where = f"{entry.get('_file', '?')}: {entry.get('id', '?')}"
+    """Build a GpuSpec from one table, strictly (``gpufly.records.from_dict``): an unknown field, a missing one or
+    a value of the wrong type is an error naming the entry and the field."""
+    where = f"catalog entry {entry.get('_file', '?')}: {entry.get('id', '?')}"
     values = {key: value for key, value in entry.items() if key != "_file"}
-    unknown = sorted(set(values) - set(_SPEC_FIELDS))
-    if unknown:
-        raise GpuflyError(f"catalog entry {where} has unknown field(s) {', '.join(unknown)}")
-    missing = sorted(_REQUIRED - set(values))
-    if missing:
-        raise GpuflyError(f"catalog entry {where} lacks required field(s) {', '.join(missing)}")
-    values["sources"] = tuple(values["sources"])
-    values["aliases"] = tuple(values.get("aliases", ()))
-    return GpuSpec(**values)
+    return from_dict(GpuSpec, values, where, hint=CATALOG_HINT, unknown="error")
 
 
 def load_specs(paths: Iterable[Path] | None = None) -> list[GpuSpec]:

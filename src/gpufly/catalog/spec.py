@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpufly.errors import GpuflyError
+
 RATE_FIELDS: tuple[str, ...] = (
     "fp32_tflops",
     "fp16_tflops",
@@ -18,6 +20,19 @@ RATE_FIELDS: tuple[str, ...] = (
 """Compute-rate fields, dense, at boost clock. A missing figure is None: not published."""
 
 TENSOR_FIELDS: tuple[str, ...] = tuple(name for name in RATE_FIELDS if "_tensor_" in name)
+
+
+def parse_compute_capability(cc: str) -> tuple[int, int]:
+    """A CUDA compute capability as (major, minor), the one reader of the "MAJOR.MINOR" form gpufly uses
+    everywhere (catalog, NVML, doctor facts), so "12.0" sorts above "9.0".
+
+    >>> parse_compute_capability("8.6"), parse_compute_capability("12.0")
+    ((8, 6), (12, 0))
+    """
+    parts = str(cc).strip().split(".")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise GpuflyError(f"cannot read compute capability {cc!r}", hint="expected MAJOR.MINOR, e.g. 8.6")
+    return int(parts[0]), int(parts[1])
 
 
 @dataclass(frozen=True)
@@ -74,10 +89,7 @@ class GpuSpec:
 
     @property
     def compute_capability_tuple(self) -> tuple[int, int] | None:
-        if self.compute_capability is None:
-            return None
-        major, minor = self.compute_capability.split(".")
-        return int(major), int(minor)
+        return None if self.compute_capability is None else parse_compute_capability(self.compute_capability)
 
     @property
     def interface(self) -> str | None:

@@ -75,11 +75,7 @@ def doctor(
 
     facts = _facts(facts_file)
     if save is not None:
-        try:
-            facts.save(save)
-        except OSError as exc:
-            raise GpuflyError(f"cannot write {save}: {exc.strerror or exc}",
-                              hint="save to a file in a folder you can write, e.g. --save facts.json") from exc
+        facts.save(save)
     findings = diagnose(facts)
     if deep and facts_file is not None:
         error_console().print("note: --deep skipped: the smoke test runs on this machine's GPUs, not on saved facts",

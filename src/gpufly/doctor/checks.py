@@ -15,6 +15,7 @@ from gpufly.doctor.facts import Facts, FrameworkFact, GpuFact
 if TYPE_CHECKING:
     from gpufly.catalog import Catalog
     from gpufly.doctor.install import InstallPlan
+    from gpufly.doctor.smoke import SmokeResult
 
 LOW_FREE_VRAM_SHARE = 0.2
 """Below this share of free memory, with other processes holding it, a job may not fit."""
@@ -39,13 +40,6 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _cc_tuple(cc: str | None) -> tuple[int, int]:
-    if not cc:
-        return (0, 0)
-    major, _, minor = cc.partition(".")
-    return int(major), int(minor or 0)
 
 
 def _torch_plan(facts: Facts) -> InstallPlan:
@@ -121,7 +115,7 @@ def check_visible_devices(facts: Facts) -> Iterator[Finding]:
 
 
 def _torch_build_findings(facts: Facts, torch: FrameworkFact) -> Iterator[Finding]:
-    from gpufly.doctor.compat import arch_covers, driver_supports, min_driver_for
+    from gpufly.doctor.compat import arch_covers, driver_supports, min_driver_for, parse_arch, parse_compute_capability
 
     platform = facts.env.platform or "linux"
     if torch.cuda_version is None:
@@ -140,24 +134,19 @@ def _torch_build_findings(facts: Facts, torch: FrameworkFact) -> Iterator[Findin
     if arch_list:
         for gpu in facts.gpus:
             if gpu.compute_capability and arch_covers(gpu.compute_capability, arch_list) is None:
-                compiled = [_sm_to_cc(a) for a in arch_list if a.startswith("sm_")]
-                oldest = min(compiled, key=_cc_tuple, default="?")
-                dropped = bool(compiled) and _cc_tuple(gpu.compute_capability) < _cc_tuple(oldest)
-                what = (f"this PyTorch build dropped the {gpu.name} (compute capability {gpu.compute_capability}; "
-                        f"oldest compiled: sm_{oldest.replace('.', '')})" if dropped else
-                        f"this PyTorch build has no kernels for the {gpu.name} (compute capability "
-                        f"{gpu.compute_capability}; compiled: {', '.join(arch_list)})")
+                oldest = min((parse_arch(a)[1:3] for a in arch_list if a.startswith("sm_")), default=None)
+                if oldest is not None and parse_compute_capability(gpu.compute_capability) < oldest:
+                    what = (f"this PyTorch build dropped the {gpu.name} (compute capability "
+                            f"{gpu.compute_capability}; oldest compiled: sm_{oldest[0]}{oldest[1]})")
+                else:
+                    what = (f"this PyTorch build has no kernels for the {gpu.name} (compute capability "
+                            f"{gpu.compute_capability}; compiled: {', '.join(arch_list)})")
                 yield Finding("arch_missing", "fail", what, "CUDA calls fail with 'no kernel image is available "
                               "for execution on the device'", _torch_install(facts))
     if torch.gpu_available is False and facts.driver.found:
         yield Finding("torch_no_gpu", "fail", f"PyTorch {torch.version} (CUDA {torch.cuda_version}) sees no GPU",
                       "torch.cuda.is_available() is False although a driver and GPUs are present",
                       "check the findings above; `python -c \"import torch; torch.cuda.init()\"` shows the CUDA error")
-
-
-def _sm_to_cc(arch: str) -> str:
-    digits = arch.split("_", 1)[-1]
-    return f"{digits[:-1]}.{digits[-1]}" if digits.isdigit() and len(digits) >= 2 else "0.0"
 
 
 def check_torch(facts: Facts) -> Iterator[Finding]:
@@ -303,7 +292,7 @@ def diagnose(facts: Facts) -> list[Finding]:
     return sorted(findings, key=lambda f: STATUS_ORDER[f.status])
 
 
-def smoke_findings(results: list, error: str | None, facts: Facts) -> list[Finding]:
+def smoke_findings(results: list[SmokeResult], error: str | None, facts: Facts) -> list[Finding]:
     """Findings from the --deep smoke test: does each GPU compute right, and how fast against its peak."""
     from gpufly.catalog import default_catalog
 

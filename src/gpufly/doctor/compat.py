@@ -1,7 +1,9 @@
 """Version tables for the doctor: which driver runs which CUDA, which wheel ships code for which GPU.
 
-The tables are JSON files in ``doctor/data``, one source URL per row, read once. This module only reads
-them and answers questions; the install choice lives in ``install.py``, the probing in ``probes.py``.
+The tables are JSON files in ``doctor/data``, one source URL per row, read once. Their shape is fixed by a
+JSON Schema beside each (``*.schema.json``), which the tests check the shipped tables against: validating
+shipped data is a test's job, not start-up's. This module only reads the tables and answers questions; the
+install choice lives in ``install/``, the probing in ``probes.py``.
 """
 
 from __future__ import annotations
@@ -9,12 +11,15 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
+from packaging.version import InvalidVersion, Version
+
+from gpufly.catalog.spec import parse_compute_capability
 from gpufly.errors import GpuflyError, unknown_choice
 
 DATA_DIR = Path(__file__).with_name("data")
@@ -24,44 +29,42 @@ PLATFORMS = ("linux", "wsl", "windows", "darwin")
 
 ArchKind = Literal["sass", "ptx"]
 _ARCH = re.compile(r"^(sm|compute)_(\d{2,})([af]?)$")
-_VERSION = re.compile(r"^\d+(\.\d+)*$")
 
 
 # --- versions -----------------------------------------------------------------------------------
 
-def parse_version(text: str, what: str = "version", example: str = "550.54.15") -> tuple[int, ...]:
-    """Dotted integers as a tuple, so that "550.54.15" > "550.9" compares as numbers do.
+def parse_version(text: str, what: str = "version", example: str = "550.54.15") -> Version:
+    """A version read as PEP 440 (``packaging``), so "550.54.15" > "550.9" and "580" == "580.0.0" compare as
+    numbers do, and a local tag ("2.13.0+cpu") is read rather than refused.
 
     ``example`` is what the hint shows: a CUDA version should not be explained with a driver's.
 
-    >>> parse_version("550.54.15")
-    (550, 54, 15)
+    >>> parse_version("550.54.15") > parse_version("550.9"), parse_version("2.13.0+cpu").release
+    (True, (2, 13, 0))
     """
-    cleaned = str(text).strip()
-    if not _VERSION.match(cleaned):
-        raise GpuflyError(f"cannot read {what} {text!r}", hint=f"expected dotted numbers, e.g. {example}")
-    return tuple(int(part) for part in cleaned.split("."))
+    try:
+        return Version(str(text).strip())
+    except InvalidVersion:
+        raise GpuflyError(f"cannot read {what} {text!r}", hint=f"expected dotted numbers, e.g. {example}") from None
 
 
 def version_at_least(version: str, floor: str) -> bool:
     """``version >= floor`` numerically; missing parts count as 0 ("580" == "580.0.0")."""
-    have, need = parse_version(version), parse_version(floor)
-    width = max(len(have), len(need))
-    return have + (0,) * (width - len(have)) >= need + (0,) * (width - len(need))
+    return parse_version(version) >= parse_version(floor)
 
 
 def cuda_key(cuda: str) -> tuple[int, int]:
     """A CUDA version ("12.6", "12.6.3") as (major, minor) for ordering."""
-    parts = parse_version(cuda, "CUDA version", example="12.6")
-    return parts[0], parts[1] if len(parts) > 1 else 0
+    version = parse_version(cuda, "CUDA version", example="12.6")
+    return version.major, version.minor
 
 
 def python_key(version: str) -> tuple[int, int]:
     """A Python version ("3.12.3", "3.12") as (major, minor): wheels are built per minor."""
-    parts = parse_version(version, "Python version", example="3.12")
-    if len(parts) < 2:
+    parsed = parse_version(version, "Python version", example="3.12")
+    if len(parsed.release) < 2:
         raise GpuflyError(f"cannot read Python version {version!r}", hint="expected e.g. 3.12")
-    return parts[0], parts[1]
+    return parsed.major, parsed.minor
 
 
 def check_platform(platform: str) -> str:
@@ -152,14 +155,6 @@ def driver_runs_natively(driver_version: str, cuda: str, platform: str = "linux"
 
 
 # --- architectures ------------------------------------------------------------------------------
-
-def parse_compute_capability(cc: str) -> tuple[int, int]:
-    """ "8.6" -> (8, 6); "12.0" -> (12, 0)."""
-    parts = str(cc).strip().split(".")
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
-        raise GpuflyError(f"cannot read compute capability {cc!r}", hint="expected MAJOR.MINOR, e.g. 8.6")
-    return int(parts[0]), int(parts[1])
-
 
 def parse_arch(entry: str) -> tuple[str, int, int, str]:
     """ "sm_86" -> ("sm", 8, 6, ""); "compute_120" -> ("compute", 12, 0, ""); "sm_90a" -> ("sm", 9, 0, "a").
@@ -296,7 +291,8 @@ def torch_release(release: str | None = None) -> TorchRelease:
     releases = torch_releases()
     if release is None:
         return releases[0]
-    wanted = ".".join(str(p) for p in parse_version(release, "torch release")[:2])
+    asked = parse_version(release, "torch release")
+    wanted = f"{asked.major}.{asked.minor}"
     for candidate in releases:
         if candidate.release == wanted:
             return candidate
@@ -373,153 +369,3 @@ def jax_extras() -> tuple[JaxExtra, ...]:
 def jax_facts() -> dict[str, Any]:
     """The CPU command, the GPU platforms and the warnings beside JAX's extras."""
     return copy.deepcopy(dict(_read("jax")))
-
-
-# --- validation ---------------------------------------------------------------------------------
-
-def validate_tables(tables: Mapping[str, Any] | None = None) -> list[str]:
-    """Every problem in the tables (the shipped ones by default), so a test can show them all at once."""
-    docs = {name: _read(name) for name in TABLES} if tables is None else tables
-    problems: list[str] = []
-    checks = {"cuda_drivers": _check_cuda_drivers, "torch_wheels": _check_torch, "tensorflow": _check_tensorflow,
-              "jax": _check_jax}
-    for name, check in checks.items():
-        if name not in docs:
-            problems.append(f"{name}: table missing")
-            continue
-        try:
-            check(docs[name], problems)
-        except (KeyError, TypeError, AttributeError) as exc:
-            problems.append(f"{name}: malformed ({type(exc).__name__}: {exc})")
-    return problems
-
-
-def _sourced(row: Any, where: str, problems: list[str]) -> None:
-    source = row.get("source") if isinstance(row, Mapping) else None
-    if not (isinstance(source, str) and source.startswith("https://")):
-        problems.append(f"{where}: no https source")
-
-
-def _parses(value: Any, where: str, problems: list[str], optional: bool = False) -> None:
-    if value is None and optional:
-        return
-    if not (isinstance(value, str) and _VERSION.match(value)):
-        problems.append(f"{where}: {value!r} is not a dotted version")
-
-
-def _descending(keys: Sequence[Any], where: str, problems: list[str]) -> None:
-    if list(keys) != sorted(keys, reverse=True) or len(set(keys)) != len(keys):
-        problems.append(f"{where}: rows not unique and newest first")
-
-
-def _check_cuda_drivers(doc: Mapping[str, Any], problems: list[str]) -> None:
-    _sourced(doc, "cuda_drivers", problems)
-    keys = []
-    for row in doc["toolkits"]:
-        where = f"cuda_drivers: CUDA {row.get('cuda')}"
-        _sourced(row, where, problems)
-        _parses(row.get("cuda"), where, problems)
-        _parses(row.get("linux"), f"{where} linux", problems)
-        _parses(row.get("windows"), f"{where} windows", problems, optional=True)
-        keys.append(cuda_key(row["cuda"]) if _VERSION.match(str(row.get("cuda"))) else (0, 0))
-    _descending(keys, "cuda_drivers toolkits", problems)
-    majors = {row.get("major") for row in doc["families"]}
-    if not {11, 12, 13} <= majors:
-        problems.append("cuda_drivers: families 11, 12 and 13 are needed for minor-version compatibility")
-    for row in doc["families"]:
-        where = f"cuda_drivers: family {row.get('major')}.x"
-        _sourced(row, where, problems)
-        for os_name in ("linux", "windows"):
-            _parses(row.get(os_name), f"{where} {os_name}", problems)
-
-
-def _check_arches(arches: Any, where: str, problems: list[str]) -> None:
-    if not isinstance(arches, list) or not arches or len(set(arches)) != len(arches):
-        problems.append(f"{where}: arch list must be a non-empty list without repeats")
-        return
-    for entry in arches:
-        if not (isinstance(entry, str) and _ARCH.match(entry)):
-            problems.append(f"{where}: {entry!r} is not sm_XY or compute_XY")
-
-
-def _check_torch(doc: Mapping[str, Any], problems: list[str]) -> None:
-    _sourced(doc, "torch_wheels", problems)
-    if doc.get("index_url") != "https://download.pytorch.org/whl/":
-        problems.append("torch_wheels: index_url should be https://download.pytorch.org/whl/")
-    releases = []
-    for row in doc["releases"]:
-        where = f"torch {row.get('release')}"
-        _sourced(row, where, problems)
-        _parses(row.get("release"), where, problems)
-        _parses(row["python"].get("min"), f"{where} python min", problems)
-        _parses(row["python"].get("max"), f"{where} python max", problems)
-        releases.append(parse_version(row["release"]) if _VERSION.match(str(row.get("release"))) else ())
-        names = [v.get("variant") for v in row["variants"]]
-        if not names or len(set(names)) != len(names):
-            problems.append(f"{where}: variants missing or repeated")
-        default = row.get("pypi_default_linux")
-        if default is not None:
-            _sourced(default, f"{where} PyPI default", problems)
-            if default.get("variant") not in names:
-                problems.append(f"{where}: PyPI default {default.get('variant')!r} is not one of its variants")
-        for variant in row["variants"]:
-            _check_torch_variant(variant, f"{where} {variant.get('variant')}", problems)
-    _descending(releases, "torch_wheels releases", problems)
-
-
-def _check_torch_variant(variant: Mapping[str, Any], where: str, problems: list[str]) -> None:
-    _sourced(variant, where, problems)
-    cuda = variant.get("cuda")
-    _parses(cuda, where, problems)
-    if not _VERSION.match(str(cuda)):
-        return
-    if variant.get("variant") != "cu" + cuda.replace(".", ""):
-        problems.append(f"{where}: name does not match CUDA {cuda}")
-    if cuda_key(cuda) < (11, 7):
-        problems.append(f"{where}: CUDA {cuda} indexes are too old to recommend")
-    if variant.get("status") not in ("stable", "experimental", "legacy", "built"):
-        problems.append(f"{where}: unknown status {variant.get('status')!r}")
-    try:
-        min_driver_for(cuda)
-    except GpuflyError:
-        problems.append(f"{where}: CUDA {cuda} has no driver in cuda_drivers")
-    for key in ("arch_list", "arch_list_aarch64"):
-        if key in variant:
-            _check_arches(variant[key], f"{where} {key}", problems)
-
-
-def _check_tensorflow(doc: Mapping[str, Any], problems: list[str]) -> None:
-    _sourced(doc, "tensorflow", problems)
-    releases = []
-    for row in doc["releases"]:
-        where = f"tensorflow {row.get('release')}"
-        _sourced(row, where, problems)
-        for key in ("release", "tested_version", "cuda", "cudnn"):
-            _parses(row.get(key), f"{where} {key}", problems)
-        if "python" in row:
-            _parses(row["python"].get("min"), f"{where} python min", problems)
-            _parses(row["python"].get("max"), f"{where} python max", problems)
-        releases.append(parse_version(row["release"]) if _VERSION.match(str(row.get("release"))) else ())
-    _descending(releases, "tensorflow releases", problems)
-    for key in ("and_cuda", "native_windows_gpu", "gpu_check"):
-        _sourced(doc.get(key), f"tensorflow {key}", problems)
-    _parses(doc["and_cuda"].get("since"), "tensorflow and_cuda since", problems)
-    _parses(doc["native_windows_gpu"].get("last_release"), "tensorflow native_windows_gpu", problems)
-    for row in doc["removed_packages"]:
-        _sourced(row, f"tensorflow removed {row.get('package')}", problems)
-
-
-def _check_jax(doc: Mapping[str, Any], problems: list[str]) -> None:
-    _sourced(doc, "jax", problems)
-    for row in doc["extras"]:
-        where = f"jax[{row.get('extra')}]"
-        _sourced(row, where, problems)
-        _parses(row.get("cuda"), f"{where} cuda", problems)
-        _parses(row.get("min_driver_linux"), f"{where} driver", problems)
-        _parses(row.get("min_compute_capability"), f"{where} compute capability", problems)
-        if f'"jax[{row.get("extra")}]"' not in str(row.get("command")):
-            problems.append(f"{where}: command does not install that extra")
-    _descending([cuda_key(r["cuda"]) for r in doc["extras"]], "jax extras", problems)
-    _sourced(doc.get("gpu_platforms"), "jax gpu_platforms", problems)
-    for row in doc.get("warnings", []):
-        _sourced(row, f"jax warning {row.get('when')}", problems)

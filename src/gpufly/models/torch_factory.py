@@ -24,17 +24,11 @@ What is measured, and how:
 
 from __future__ import annotations
 
-import difflib
-import hashlib
-import importlib
-import importlib.util
-import sys
 from collections.abc import Callable, Iterable
-from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from gpufly.errors import GpuflyError
+from gpufly.loading import load_function, one_line, split_ref
 from gpufly.models.spec import ModelSpec
 
 if TYPE_CHECKING:
@@ -47,68 +41,15 @@ _FORMS = "an nn.Module with example_inputs(batch_size, device), or a tuple (modu
 _VALUE_HINT = "a forward that reads tensor values (.item(), data-dependent shapes) cannot run on fake tensors"
 
 
-IMPORT_HINT = "run the file with python to see the whole error; the factory must import without side effects"
-
-
-def _one_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-
-
-def _is_file_ref(target: str) -> bool:
-    return target.endswith(".py") or "/" in target or "\\" in target
-
-
-def _import_file(target: str) -> ModuleType:
-    path = Path(target).expanduser().resolve()
-    if not path.is_file():
-        raise GpuflyError(f"factory file not found: {target}", hint="give path/to/file.py:function")
-    # Registered in sys.modules so that dataclasses and pickle find the file's classes.
-    name = f"_gpufly_factory_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise GpuflyError(f"cannot import {target} as Python", hint="give a .py file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
+def _factory_function(ref: str) -> Callable[[], Any]:
+    """The function ``ref`` names, through gpufly's one loader (``gpufly.loading.load_function``, as `tune` and
+    `profile` resolve theirs); a syntax error in the user's file is one line naming the file and the line."""
     try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        del sys.modules[name]
-        raise GpuflyError(f"importing {target} failed: {_one_line(exc)}", hint=IMPORT_HINT) from exc
-    return module
-
-
-def _import_module(target: str) -> ModuleType:
-    try:
-        return importlib.import_module(target)
-    except ModuleNotFoundError as exc:
-        if exc.name and (target == exc.name or target.startswith(exc.name + ".")):
-            raise GpuflyError(f"factory module not found: {target}",
-                              hint="check the spelling and the environment, or give path/to/file.py:function",
-                              ) from exc
-        raise GpuflyError(f"importing {target} failed: {_one_line(exc)}", hint=IMPORT_HINT) from exc
-    except Exception as exc:
-        raise GpuflyError(f"importing {target} failed: {_one_line(exc)}", hint=IMPORT_HINT) from exc
-
-
-def load_factory(ref: str) -> Callable[[], Any]:
-    """The function ``ref`` names: ``package.module:function`` or ``path/to/file.py:function``."""
-    target, sep, name = ref.rpartition(":")
-    if not sep or not target or not name:
-        raise GpuflyError(f"not a factory reference: '{ref}'",
-                          hint="write package.module:function or path/to/file.py:function")
-    module = _import_file(target) if _is_file_ref(target) else _import_module(target)
-    if not hasattr(module, name):
-        public = [key for key in vars(module) if not key.startswith("_")]
-        close = difflib.get_close_matches(name, public, n=3)
-        raise GpuflyError(f"{target} has no function '{name}'",
-                          hint=f"did you mean {', '.join(close)}?" if close
-                          else "name a function that builds the model, e.g. path/to/file.py:build_model")
-    factory = getattr(module, name)
-    if not callable(factory):
-        raise GpuflyError(f"{ref} is not a function (type {type(factory).__name__})",
-                          hint="name a function that returns the model (nn.Module), called with no arguments")
-    return factory
+        return load_function(ref, example="build_model")
+    except SyntaxError as exc:
+        raise GpuflyError(f"importing {split_ref(ref)[0]} failed: {one_line(exc)}",
+                          hint=f"fix the code there; `python -m py_compile {exc.filename or 'FILE'}` shows it",
+                          ) from None
 
 
 def _build(factory: Callable[[], Any], ref: str, where: str) -> tuple[nn.Module, InputsFn]:
@@ -118,15 +59,16 @@ def _build(factory: Callable[[], Any], ref: str, where: str) -> tuple[nn.Module,
     try:
         built = factory()
     except Exception as exc:
-        raise GpuflyError(f"factory {ref} raised {_one_line(exc)} ({where})",
+        raise GpuflyError(f"factory {ref} raised {one_line(exc)} ({where})",
                           hint="a factory takes no required arguments; call it yourself to see the traceback",
                           ) from exc
     if isinstance(built, tuple) and len(built) == 2:
         module, inputs_fn = built
         if isinstance(module, nn.Module) and callable(inputs_fn):
             return module, inputs_fn
-    if isinstance(built, nn.Module) and callable(getattr(built, "example_inputs", None)):
-        return built, built.example_inputs
+    example_inputs = getattr(built, "example_inputs", None)
+    if isinstance(built, nn.Module) and callable(example_inputs):
+        return built, example_inputs
     raise GpuflyError(f"factory {ref} returned no model (type {type(built).__name__})",
                       hint=f"return {_FORMS}")
 
@@ -137,7 +79,7 @@ def _example_inputs(inputs_fn: InputsFn, batch_size: int, device: torch.device, 
     try:
         inputs = inputs_fn(batch_size, device)
     except Exception as exc:
-        raise GpuflyError(f"example_inputs of {ref} raised {_one_line(exc)} (on {device})",
+        raise GpuflyError(f"example_inputs of {ref} raised {one_line(exc)} (on {device})",
                           hint="create inputs with torch.randn/torch.randint(..., device=device)") from exc
     inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
     if not inputs or not isinstance(inputs[0], torch.Tensor):
@@ -254,7 +196,7 @@ def _forward(module: nn.Module, inputs: tuple[Any, ...], ref: str, where: str) -
     try:
         return module(*inputs)
     except Exception as exc:
-        raise GpuflyError(f"the forward pass of {ref} failed on {where}: {_one_line(exc)}",
+        raise GpuflyError(f"the forward pass of {ref} failed on {where}: {one_line(exc)}",
                           hint=_VALUE_HINT) from exc
 
 
@@ -296,7 +238,7 @@ def _fake_pass(factory: Callable[[], Any], ref: str, batch_size: int,
         try:
             loss.backward()
         except Exception as exc:
-            raise GpuflyError(f"the backward pass of {ref} failed on fake tensors: {_one_line(exc)}",
+            raise GpuflyError(f"the backward pass of {ref} failed on fake tensors: {one_line(exc)}",
                               hint=_VALUE_HINT) from exc
         return counter.get_total_flops(), saved.nbytes
 
@@ -312,7 +254,7 @@ def spec_from_factory(ref: str, batch_size: int = 1, training: bool = True) -> M
 
     if batch_size < 1:
         raise GpuflyError(f"batch size must be at least 1, not {batch_size}", hint="for example --batch 8")
-    factory = load_factory(ref)
+    factory = _factory_function(ref)
     with torch.device("meta"):
         module, inputs_fn = _build(factory, ref, "on the meta device")
     module.train(training)
