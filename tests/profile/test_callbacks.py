@@ -9,10 +9,15 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from .fakes import FakeClock
+from .loops import PacedDataset
 
-def _loop(model: torch.nn.Module, steps: int = 8) -> None:
+
+def _loop(model: torch.nn.Module, clock: FakeClock, steps: int = 8) -> None:
+    """What Trainer's inner loop does: iterate a DataLoader (each batch of 4 costs 2 ms), step the optimizer."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    for x, y in DataLoader(TensorDataset(torch.randn(4 * steps, 8), torch.randn(4 * steps, 1)), batch_size=4):
+    data = PacedDataset(TensorDataset(torch.randn(4 * steps, 8), torch.randn(4 * steps, 1)), clock, 0.0005)
+    for x, y in DataLoader(data, batch_size=4):
         loss = torch.nn.functional.mse_loss(model(x), y)
         optimizer.zero_grad()
         loss.backward()
@@ -21,22 +26,26 @@ def _loop(model: torch.nn.Module, steps: int = 8) -> None:
 
 def test_the_trainer_callback_profiles_from_train_begin_to_train_end() -> None:
     transformers = pytest.importorskip("transformers")
+    from gpufly.profile import Profiler
     from gpufly.profile.callbacks import hf_callback
 
-    callback = hf_callback(report=False)
+    clock = FakeClock()
+    callback = hf_callback(profiler=Profiler(clock=clock), report=False)
     assert isinstance(callback, transformers.TrainerCallback)
     model = torch.nn.Linear(8, 1)
     state, control = transformers.TrainerState(), transformers.TrainerControl()
     callback.on_train_begin(SimpleNamespace(per_device_train_batch_size=4), state, control, model=model)
-    _loop(model)  # what Trainer's inner loop does: iterate a DataLoader, step the optimizer
+    _loop(model, clock)
     callback.on_train_end(SimpleNamespace(), state, control)
     data = callback.profiler.data
     assert len(data.steps) == 8 and data.settings.batch_size == 4 and data.settings.model_dtype == "float32"
-    assert all(s.optimizer_s is not None and s.data_wait_s > 0 for s in data.steps)
-    _loop(model, 2)
+    assert all(s.optimizer_s is not None for s in data.steps)
+    assert [s.data_wait_s for s in data.steps] == pytest.approx([0.002] * 8)
+    _loop(model, clock, 2)
     assert len(data.steps) == 8, "detached after train end"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("accelerate") is None, reason="Trainer needs accelerate")
 def test_a_real_trainer_run() -> None:  # pragma: no cover - runs where accelerate is installed
     import transformers

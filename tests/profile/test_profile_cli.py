@@ -45,40 +45,71 @@ def test_file_function_entry_points_and_html(cli, tmp_path: Path) -> None:  # ty
     assert "https://" not in text, "a standalone page"
 
 
-def test_bad_targets_are_one_line(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    missing = cli("profile", str(tmp_path / "nope.py"))
-    assert missing.code == 2 and "no such script" in missing.stderr and "Traceback" not in missing.stderr
-    no_module = cli("profile", "no_such_module_xyz:main")
-    assert no_module.code == 2 and "cannot import no_such_module_xyz" in no_module.stderr
-    for target, message in ((":main", "no module name before the ':'"),
-                            (".x:main", "'.x' is not an absolute module name"),
-                            ("a..b:main", "'a..b' is not an absolute module name")):
-        bad_name = cli("profile", target)
-        assert bad_name.code == 2 and f"error: {message}" in bad_name.stderr, bad_name.stderr
-        assert "hint:" in bad_name.stderr and "Traceback" not in bad_name.stderr
-    no_function = cli("profile", f"{SCRIPT}:nothing_here")
-    assert no_function.code == 2 and "has no function 'nothing_here'" in no_function.stderr
-    broken = tmp_path / "broken.json"
-    broken.write_text("{not json")
-    bad = cli("report", "--profile", str(broken))
-    assert bad.code == 2 and "is not valid JSON" in bad.stderr
-    wrong_shape = tmp_path / "shape.json"
-    wrong_shape.write_text('{"schema_version": 1, "steps": "x"}')
-    shape = cli("report", "--profile", str(wrong_shape))
-    assert shape.code == 2 and "'steps' should be a list, not str" in shape.stderr, shape.stderr
-    assert "Traceback" not in shape.stderr
+@pytest.mark.parametrize(("target", "message"), [
+    ("nope.py", "no such script: nope.py"),
+    ("no_such_module_xyz:main", "module not found: no_such_module_xyz"),
+    (":main", "not a function reference: ':main'"),
+    (".x:main", "'.x' is not an absolute module name"),
+    ("a..b:main", "'a..b' is not an absolute module name"),
+    (f"{SCRIPT}:nothing_here", f"{SCRIPT} has no function 'nothing_here'"),
+], ids=["missing script", "missing module", "no module name", "relative module", "empty module part",
+        "missing function"])
+def test_bad_targets_are_one_line(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str,  # type: ignore[no-untyped-def]
+                                  message: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = cli("profile", target)
+    assert result.code == 2 and f"error: {message}" in result.stderr, result.stderr
+    assert "hint:" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_a_profile_file_of_the_wrong_shape_is_a_one_line_error(tmp_path: Path) -> None:
+def test_a_syntax_error_in_an_entry_points_file_is_one_line_naming_the_place(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    broken = tmp_path / "broken.py"
+    broken.write_text("def main():\n    return (\n")
+    result = cli("profile", f"{broken}:main")
+    assert result.code == 2 and "has a syntax error: " in result.stderr and f"{broken}, line " in result.stderr
+    assert "Traceback" not in result.stderr and "py_compile" in result.stderr
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("{not json", "is not valid JSON"),
+    ('{"schema_version": 1, "steps": "x"}', 'steps must be a list, got "x"'),
+    ('{"steps": []}', "is not a gpufly profile (schema_version 1)"),
+])
+def test_a_bad_profile_file_is_one_line_in_the_report(cli, tmp_path: Path, text: str, message: str) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "profile.json"
+    path.write_text(text)
+    result = cli("report", "--profile", str(path))
+    assert result.code == 2 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('{"schema_version": 1, "steps": "x"}', 'steps must be a list, got "x"'),
+    ('{"schema_version": 1, "steps": ["x"]}', r'steps\[0\] must be an object, got "x"'),
+    ('{"schema_version": 1, "steps": [], "settings": {"device": "cpu"}, "gpu": [3]}', r"gpu\[0\] must be an object"),
+    ('{"schema_version": 1, "steps": [{"index": 0, "wall_s": "1"}]}', r"steps\[0\]\.wall_s must be a number"),
+])
+def test_a_profile_file_of_the_wrong_shape_is_a_one_line_error_naming_the_field(tmp_path: Path, text: str,
+                                                                                message: str) -> None:
     from gpufly.errors import GpuflyError
     from gpufly.profile.records import load_profile
 
-    for text in ('{"schema_version": 1, "steps": "x"}', '{"schema_version": 1, "steps": ["x"]}',
-                 '{"schema_version": 1, "steps": [], "settings": {"device": "cpu"}, "gpu": [3]}'):
-        path = tmp_path / "p.json"
-        path.write_text(text)
-        with pytest.raises(GpuflyError, match="is not a gpufly profile"):
-            load_profile(path)
+    path = tmp_path / "p.json"
+    path.write_text(text)
+    with pytest.raises(GpuflyError, match=message) as caught:
+        load_profile(path)
+    assert "\n" not in caught.value.message and caught.value.message.startswith(f"{path}: ")
+
+
+def test_a_profile_from_a_newer_gpufly_still_loads(tmp_path: Path) -> None:
+    from gpufly.profile.records import ProfileData, StepRecord, load_profile
+
+    document = ProfileData(steps=[StepRecord(index=0, wall_s=0.01)]).to_dict()
+    document["steps"][0]["energy_j"] = 3.5  # fields this version does not know
+    document["power_trace"] = [1, 2]
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(document))
+    assert load_profile(path).steps == [StepRecord(index=0, wall_s=0.01)]
 
 
 EXIT3 = """import sys, torch

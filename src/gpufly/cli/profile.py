@@ -9,6 +9,7 @@ import typer
 
 from gpufly.cli.paths import check_writable
 from gpufly.errors import GpuflyError
+from gpufly.extras import require
 
 
 def profile(
@@ -26,10 +27,7 @@ def profile(
     for option, path in (("--html", html), ("--save", save)):
         if path is not None:
             check_writable(option, path, example="profile.json" if option == "--save" else "profile.html")
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise GpuflyError("profiling needs PyTorch", "pip install 'gpufly[torch]'") from None
+    require("torch", "gpufly profile")
     from gpufly.profile.attach import run
     from gpufly.profile.profiler import Profiler
     from gpufly.profile.render import emit

@@ -1,22 +1,43 @@
 """Profile a user's own training or inference loop and say in plain words what holds it back.
 
-``records`` (the measurements) and ``rules`` (the diagnosis) are pure; ``profiler`` measures a live
-loop with torch, imported only when profiling starts.
+``records`` (the measurements) and ``rules`` (the diagnosis) are pure. ``Profiler`` composes the parts
+that measure a live loop, each with one job: ``StepClock`` (steps and loader waits), ``SyncCounter``
+(host-device syncs and copies), ``ModelHooks`` (forward, backward, optimizer), ``MemoryReader``,
+``TraceWindow`` (torch.profiler) and ``GpuWatch`` (NVML samples). torch is imported only when profiling
+starts, so importing this package stays cheap.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from gpufly.profile.callbacks import hf_callback, lightning_callback
+from gpufly.profile.gpuwatch import GpuWatch
+from gpufly.profile.hooks import ModelHooks
+from gpufly.profile.profiler import Profiler
+from gpufly.profile.readers import MemoryReader
+from gpufly.profile.records import GpuReading, LoopSettings, ProfileData, StepRecord, TraceSummary, load_profile
+from gpufly.profile.rules import THRESHOLDS, Finding, Thresholds, diagnose
+from gpufly.profile.steps import StepClock
+from gpufly.profile.syncs import SyncCounter
+from gpufly.profile.trace import TraceWindow
 
-if TYPE_CHECKING:
-    from gpufly.profile.profiler import Profiler
-
-__all__ = ["Profiler"]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "Profiler":
-        from gpufly.profile.profiler import Profiler
-
-        return Profiler
-    raise AttributeError(name)
+__all__ = [
+    "THRESHOLDS",
+    "Finding",
+    "GpuReading",
+    "GpuWatch",
+    "LoopSettings",
+    "MemoryReader",
+    "ModelHooks",
+    "ProfileData",
+    "Profiler",
+    "StepClock",
+    "StepRecord",
+    "SyncCounter",
+    "Thresholds",
+    "TraceSummary",
+    "TraceWindow",
+    "diagnose",
+    "hf_callback",
+    "lightning_callback",
+    "load_profile",
+]

@@ -8,10 +8,8 @@ crash leaves the measurements up to it, and its exit code is kept.
 
 from __future__ import annotations
 
-import importlib
 import runpy
 import sys
-import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, redirect_stdout
@@ -19,72 +17,51 @@ from pathlib import Path
 from typing import Any
 
 from gpufly.errors import GpuflyError
+from gpufly.loading import load_function
 from gpufly.profile.profiler import Profiler
 
 
 @contextmanager
 def attached(profiler: Profiler) -> Iterator[Profiler]:
     """Route DataLoader iteration and optimizer steps through ``profiler`` while the block runs."""
-    import torch
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
     from torch.utils.data import DataLoader
 
     original_iter = DataLoader.__iter__
 
     def timed_iter(loader: Any) -> Iterator[Any]:
-        return profiler._timed(loader, lambda: original_iter(loader))
+        return profiler.timed(loader, lambda: original_iter(loader))
 
     def after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
-        profiler._optimizer_post(optimizer, args, kwargs)
-        profiler._boundary(time.perf_counter())
+        profiler.hooks.after_optimizer_step(optimizer, args, kwargs)
+        profiler.steps.end_step()
 
     DataLoader.__iter__ = timed_iter  # type: ignore[method-assign,assignment]
-    hooks = [register_optimizer_step_pre_hook(profiler._optimizer_pre), register_optimizer_step_post_hook(after_step)]
+    hooks = [register_optimizer_step_pre_hook(profiler.hooks.before_optimizer_step),
+             register_optimizer_step_post_hook(after_step)]
     try:
-        profiler._start()
+        profiler.start()
         yield profiler
     finally:
         DataLoader.__iter__ = original_iter  # type: ignore[method-assign]
         for hook in hooks:
             hook.remove()
-        del torch
 
 
 def resolve(target: str) -> tuple[str, Callable[[], Any]]:
-    """``path/train.py`` runs as __main__; ``package.module:function`` or ``file.py:function`` is called."""
+    """``path/train.py`` runs as __main__ (as ``python train.py`` would); ``package.module:function`` or
+    ``file.py:function`` is loaded through gpufly's one loader and called."""
     if target.count(":") == 1 and not Path(target).exists():
-        where, _, function = target.partition(":")
-        if function:
-            return target, load_function(where, function)
+        try:
+            return target, load_function(target, example="main")
+        except SyntaxError as exc:  # before anything runs: one line naming the place, as `fit` and `tune` say it
+            where = f"{exc.filename}, line {exc.lineno}" if exc.filename else f"line {exc.lineno}"
+            raise GpuflyError(f"{target} has a syntax error: {exc.msg} ({where})",
+                              f"fix the code there; `python -m py_compile {exc.filename or 'FILE'}` shows it") from None
     path = Path(target)
     if not path.is_file():
         raise GpuflyError(f"no such script: {target}", "give a Python file (train.py) or module:function")
     return str(path), lambda: runpy.run_path(str(path), run_name="__main__")
-
-
-def load_function(where: str, name: str) -> Callable[..., Any]:
-    """``name`` from ``file.py`` or an importable module, with one-line errors for each way it can be missing."""
-    if where.endswith(".py"):
-        path = Path(where)
-        if not path.is_file():
-            raise GpuflyError(f"no such file: {where}", "give file.py:function or package.module:function")
-        namespace = runpy.run_path(str(path), run_name=path.stem)
-        function = namespace.get(name)
-    else:
-        if not where or where.startswith(".") or not all(part.isidentifier() for part in where.split(".")):
-            what = f"{where!r} is not an absolute module name" if where else "no module name before the ':'"
-            raise GpuflyError(what, "give package.module:function (no leading dot) or file.py:function")
-        if str(Path.cwd()) not in sys.path:
-            sys.path.insert(0, str(Path.cwd()))
-        try:
-            module = importlib.import_module(where)
-        except (ImportError, ValueError, TypeError) as exc:
-            raise GpuflyError(f"cannot import {where}: {exc}", "run from the folder that holds the package, or "
-                              "give file.py:function") from None
-        function = getattr(module, name, None)
-    if not callable(function):
-        raise GpuflyError(f"{where} has no function {name!r}", f"define def {name}(): ... in {where}")
-    return function
 
 
 def _print_user_traceback(exc: BaseException) -> None:
@@ -107,7 +84,8 @@ def run(target: str, args: list[str], profiler: Profiler, quiet_stdout: bool = F
     sys.argv = [label, *args]
     if label.endswith(".py"):
         sys.path.insert(0, str(Path(label).resolve().parent))
-    code, crash = 0, None
+    code: int = 0
+    crash: BaseException | None = None
     try:
         with attached(profiler), redirect_stdout(sys.stderr) if quiet_stdout else nullcontext():
             call()

@@ -1,15 +1,20 @@
 """What the profiler measured, as plain data: per-step records, the loop's settings, GPU samples.
 
-Pure dataclasses with a JSON form (``to_dict``/``from_dict``), so the rules run on recorded
-measurements in tests, ``--save`` writes what ``gpufly report --profile`` reads, and nothing here
-needs torch.
+Pure dataclasses with a JSON form (``to_dict``, and ``load_profile`` through ``gpufly.records.from_dict``),
+so the rules run on recorded measurements in tests, ``--save`` writes what ``gpufly report --profile``
+reads, and nothing here needs torch.
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
+
+from gpufly.errors import GpuflyError
+from gpufly.jsonfile import read_json
+from gpufly.records import from_dict as typed_from_dict
 
 SCHEMA_VERSION = 1
 
@@ -147,46 +152,19 @@ class ProfileData:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ProfileData:
-        settings = dict(data.get("settings") or {})
-        if settings.get("compute_capability") is not None:
-            settings["compute_capability"] = tuple(settings["compute_capability"])
-        trace = data.get("trace")
-        return cls(
-            steps=[StepRecord(**_known(StepRecord, s)) for s in data.get("steps") or []],
-            settings=LoopSettings(**_known(LoopSettings, settings)),
-            gpu=[GpuReading(**_known(GpuReading, g)) for g in data.get("gpu") or []],
-            trace=None if trace is None else TraceSummary(**{**_known(TraceSummary, trace),
-                                                             "top": [tuple(t) for t in trace.get("top") or []]}),
-            sync_calls=dict(data.get("sync_calls") or {}),
-            crash=data.get("crash"),
-            exit_code=data.get("exit_code"),
-            command=data.get("command"),
-        )
+    def from_dict(cls, data: dict[str, Any], where: str = "profile", hint: str | None = None) -> ProfileData:
+        """The measurements from their JSON form; fields a newer gpufly added are ignored, a wrong one is named."""
+        return typed_from_dict(cls, data, where, hint=hint, unknown="ignore")
 
 
-def _known(kind: type, data: dict[str, Any]) -> dict[str, Any]:
-    """Only the fields this version knows: a newer file still loads."""
-    names = {f.name for f in fields(kind)}
-    return {k: v for k, v in data.items() if k in names}
+def load_profile(path: str | Path) -> ProfileData:
+    """A file written by `gpufly profile --save` (or ``Profiler.save``), with one-line errors for bad ones.
 
-
-def load_profile(path: Any) -> ProfileData:
-    """A file written by `gpufly profile --save` (or ``Profiler.save``), with one-line errors for bad ones."""
-    from pathlib import Path
-
-    from gpufly.errors import GpuflyError
-    from gpufly.jsonfile import read_json
-
+    Fields this version does not know (from a newer gpufly) are ignored; a field of the wrong type is an error
+    that names it: ``p.json: steps[0] must be an object, got "x"``.
+    """
     hint = "write one with `gpufly profile train.py --save profile.json`"
     data = read_json(Path(path), f"no profile file at {path}", hint)
     if not isinstance(data, dict) or "steps" not in data or data.get("schema_version") != SCHEMA_VERSION:
         raise GpuflyError(f"{path} is not a gpufly profile (schema_version {SCHEMA_VERSION})", hint)
-    for name, kind in (("steps", list), ("settings", dict), ("gpu", list), ("trace", dict), ("sync_calls", dict)):
-        if data.get(name) is not None and not isinstance(data[name], kind):
-            raise GpuflyError(f"{path} is not a gpufly profile: {name!r} should be a {kind.__name__}, "
-                              f"not {type(data[name]).__name__}", hint)
-    try:
-        return ProfileData.from_dict(data)
-    except (TypeError, ValueError, AttributeError) as exc:  # a hand-edited or foreign file, field by field
-        raise GpuflyError(f"{path} is not a gpufly profile: {exc}", hint) from None
+    return ProfileData.from_dict(data, str(path), hint)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufly.errors import GpuflyError
+from gpufly.jsonfile import write_json_atomic, write_text_atomic
 from gpufly.profile.records import ProfileData
 from gpufly.profile.rules import Finding
 
@@ -70,21 +71,21 @@ def emit(data: ProfileData, as_json: bool = False, html: str | Path | None = Non
         print_report(data, findings)
     failures = []
     if save is not None:  # the measurements first: they are what a rerun would cost
-        failures.append(_write(Path(save), lambda path: path.write_text(json.dumps(data.to_dict(), indent=1) + "\n")))
+        failures.append(_write(lambda: write_json_atomic(Path(save), data.to_dict())))
     if html is not None:
-        failures.append(_write(Path(html), lambda path: write_html(path, data, findings)))
+        failures.append(_write(lambda: write_html(Path(html), data, findings)))
     errors = [f for f in failures if f is not None]
     if errors:
         raise GpuflyError("; ".join(errors), "choose a file in a folder that exists and that you can write to")
     return findings
 
 
-def _write(path: Path, write: Callable[[Path], None]) -> str | None:
+def _write(write: Callable[[], None]) -> str | None:
     """Write one output; a failure is returned as text, so one bad path does not lose the other file."""
     try:
-        write(path)
-    except OSError as exc:
-        return f"cannot write {path}: {exc.strerror or exc}"
+        write()
+    except GpuflyError as exc:
+        return exc.message
     return None
 
 
@@ -140,7 +141,7 @@ def print_report(data: ProfileData, findings: list[Finding], width: int = 60) ->
 def write_html(path: Path, data: ProfileData, findings: list[Finding]) -> None:
     """One self-contained page: the step-time chart (data wait against the rest), the breakdown, the findings."""
     facts = summary(data, findings)
-    path.write_text(_page(data, findings, facts), encoding="utf-8")
+    write_text_atomic(path, _page(data, findings, facts))
 
 
 def _step_chart(data: ProfileData, width: int = 900, height: int = 220) -> str:

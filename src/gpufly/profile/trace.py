@@ -6,9 +6,54 @@ The profiler's raw trace is large and hard to read; the diagnosis needs only a f
 from __future__ import annotations
 
 import statistics
+import time
+from collections.abc import Callable
 from typing import Any
 
 from gpufly.profile.records import TraceSummary
+
+
+class TraceWindow:
+    """Opens ``torch.profiler`` once warm-up is done, closes it ``steps`` steps later, and keeps the summary.
+
+    ``advance(done)`` is told the number of steps recorded after each step; ``cuda`` is set when the profiler
+    starts (it decides whether kernels are traced).
+    """
+
+    def __init__(self, steps: int, warmup: int, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.steps = steps
+        self.warmup = warmup
+        self.cuda = False
+        self.summary: TraceSummary | None = None
+        self._clock = clock
+        self._profile: Any = None
+        self._started_at: int | None = None
+        self._opened_at = 0.0
+
+    def advance(self, done: int) -> None:
+        if not self.steps:
+            return
+        if self._profile is None and self._started_at is None and done >= self.warmup:
+            from torch.profiler import ProfilerActivity, profile
+
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+            self._profile = profile(activities=activities)
+            self._profile.__enter__()
+            self._started_at = done
+            self._opened_at = self._clock()
+        elif self._profile is not None and done - (self._started_at or 0) >= self.steps:
+            self._close(self.steps)
+
+    def close(self, done: int) -> None:
+        """The loop ended (or crashed) inside the window: summarize the steps it saw."""
+        if self._profile is not None:
+            self._close(done - (self._started_at or 0))
+
+    def _close(self, steps: int) -> None:
+        profile, self._profile = self._profile, None
+        window = self._clock() - self._opened_at
+        profile.__exit__(None, None, None)
+        self.summary = summarize(profile, max(steps, 1), window, cuda=self.cuda)
 
 
 def summarize(trace: Any, steps: int, window_s: float, cuda: bool) -> TraceSummary:

@@ -1,0 +1,227 @@
+"""Where each step of the loop begins and ends, and how long it waited for its batch.
+
+A step ends at the end of ``with prof.step()``, at a ``prof.step()`` marker, at an optimizer step (when the
+profiler is attached), or, with none of those, at the next fetch from the loader. Every time comes from the
+injected ``clock``, so a test drives steps and waits with a fake one.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufly.profile.records import StepRecord
+
+Clock = Callable[[], float]
+
+LOADER_SETTINGS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size")
+"""The DataLoader attributes the diagnosis reads (a plain iterable has none of them)."""
+
+
+@dataclass
+class LoaderState:
+    """One iterated loader: its settings, and whether optimizer steps happen while it feeds the loop."""
+
+    settings: dict[str, Any] = field(default_factory=dict)
+    fetches: int = 0
+    optimizer_steps: int = 0
+
+
+class StepClock:
+    """Closes steps into ``steps`` (``StepRecord``s) and times the loader's waits between them.
+
+    ``read_memory`` gives each closed step its memory figure; ``on_step`` listeners hear the number of steps
+    recorded after each one closes; ``on_skip`` listeners hear that a partial (evaluation) step was dropped.
+    """
+
+    def __init__(self, steps: list[StepRecord], warmup: int, clock: Clock = time.perf_counter,
+                 read_memory: Callable[[], int | None] = lambda: None) -> None:
+        self.steps = steps
+        self.warmup = warmup
+        self.clock = clock
+        self.read_memory = read_memory
+        self.current = StepRecord(index=0, wall_s=0.0)
+        self.loaders: dict[int, LoaderState] = {}
+        self.explicit_steps = False
+        """Set by ``with prof.step()``: the user says what a step is, so evaluation loaders are left alone."""
+        self.optimizer_steps = 0
+        self.on_step: list[Callable[[int], None]] = []
+        self.on_skip: list[Callable[[], None]] = []
+        self._last_boundary: float | None = None
+        self._pending_marker: float | None = None
+        self._marked_since_fetch = False
+        self._fetches = 0
+        self._feeding: LoaderState | None = None
+        self._sync_gaps: list[float] = []
+        self._last_sync_at: float | None = None
+
+    def start(self) -> None:
+        """The first step starts now (unless it already has)."""
+        if self._last_boundary is None:
+            self._last_boundary = self.clock()
+
+    # -- the loader ----------------------------------------------------------------------------
+
+    def track_loader(self, source: Any) -> LoaderState:
+        """The state of ``source`` (one per loader object), with the settings it shows now."""
+        state = self.loaders.setdefault(id(source), LoaderState())
+        state.settings.update({name: getattr(source, name) for name in LOADER_SETTINGS if hasattr(source, name)})
+        return state
+
+    def iterate(self, state: LoaderState, iterator: Iterator[Any]) -> Iterator[Any]:
+        """Yield ``iterator``'s batches, timing each wait for the next one into the current step."""
+        while True:
+            started = self.clock()
+            self.commit_marker()
+            self._feeding = state
+            if self._evaluating(state):
+                self._skip_to(started)
+            elif self._fetches and not self._marked_since_fetch:
+                self._close_step(started)  # no step markers: one step per batch
+            self._marked_since_fetch = False
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                if self._evaluating(state):
+                    self._skip_to(self.clock())
+                # The fetch above already closed the last batch's step: the next epoch's first fetch must not
+                # close another, empty one (2 epochs x 16 batches are 32 steps, not 33).
+                self._marked_since_fetch = True
+                return
+            self.current.data_wait_s += self.clock() - started
+            self._fetches += 1
+            state.fetches += 1
+            if self.current.batch_size is None:
+                self.current.batch_size = batch_size_of(batch)
+            yield batch
+
+    def main_loader_settings(self) -> dict[str, Any]:
+        """The settings of the loader that feeds the optimizer steps (or, before any, the busiest one)."""
+        if not self.loaders:
+            return {}
+        main = max(self.loaders.values(), key=lambda state: (state.optimizer_steps, state.fetches))
+        return dict(main.settings)
+
+    # -- step markers --------------------------------------------------------------------------
+
+    def mark(self) -> None:
+        """``prof.step()``: the step ends now, unless ``with`` makes this call the start of one."""
+        self.commit_marker()
+        self._pending_marker = self.clock()
+
+    def begin_step(self) -> None:
+        """``with prof.step():`` entered: the call was not a marker, and the user marks steps."""
+        self._pending_marker = None
+        self.explicit_steps = True
+
+    def end_step(self) -> None:
+        """The end of ``with prof.step()``, or an optimizer step under `gpufly profile`."""
+        self._close_step(self.clock())
+
+    def commit_marker(self) -> None:
+        """A ``prof.step()`` marker not followed by ``with`` ended a step where it was called."""
+        if self._pending_marker is not None:
+            at, self._pending_marker = self._pending_marker, None
+            self._close_step(at)
+
+    # -- what happens inside a step ------------------------------------------------------------
+
+    def count_sync(self) -> None:
+        """One more sync in this step, and the CPU time since the previous one (or the step's start)."""
+        now = self.clock()
+        since = self._last_sync_at if self._last_sync_at is not None else self._last_boundary
+        if since is not None:
+            self._sync_gaps.append(now - since)
+        self._last_sync_at = now
+        self.current.syncs += 1
+
+    def optimizer_stepped(self) -> None:
+        """An optimizer step: training has begun, and the loader feeding it is the training loader."""
+        if self.optimizer_steps == 0 and not self.explicit_steps and self.steps:
+            self._drop_steps_before_training()
+        self.optimizer_steps += 1
+        if self._feeding is not None:
+            self._feeding.optimizer_steps += 1
+
+    # -- closing and dropping steps ------------------------------------------------------------
+
+    def _close_step(self, at: float) -> None:
+        self._marked_since_fetch = True
+        if self._last_boundary is None:
+            self._last_boundary = at
+            return
+        record = self.current
+        record.wall_s = at - self._last_boundary
+        record.warmup = record.index < self.warmup
+        record.memory_bytes = self.read_memory()
+        if self._sync_gaps:
+            record.sync_gap_s = statistics.median(self._sync_gaps)
+            self._sync_gaps.clear()
+        self._last_sync_at = None
+        self.steps.append(record)
+        self._last_boundary = at
+        self.current = StepRecord(index=record.index + 1, wall_s=0.0)
+        for listener in self.on_step:
+            listener(len(self.steps))
+
+    def _evaluating(self, state: LoaderState) -> bool:
+        """A loader that feeds no optimizer step once training has begun is evaluation, not the loop's steps.
+
+        Without this, 40 no_grad validation batches after 20 training steps are most of the "steps", and their
+        median and their loader's num_workers=0 stand for the training loop. Explicit ``prof.step()`` markers
+        say what a step is themselves, so they are left alone.
+        """
+        return not self.explicit_steps and self.optimizer_steps > 0 and state.optimizer_steps == 0
+
+    def _skip_to(self, at: float) -> None:
+        """Drop the partial step (evaluation work) and start the next step at ``at``."""
+        self._last_boundary = at
+        self.current = StepRecord(index=self.current.index, wall_s=0.0)
+        self._sync_gaps.clear()
+        self._last_sync_at = None
+        self._marked_since_fetch = True
+        for listener in self.on_skip:
+            listener()
+
+    def _drop_steps_before_training(self) -> None:
+        """Batch-per-step records made before the first optimizer step are not training steps: a loader that reads
+        one batch ahead (accelerate's, under the HF Trainer) or a sanity-check validation before training."""
+        self.steps.clear()
+        self.current.index = 0
+
+
+class StepContext:
+    """What ``prof.step()`` returns: a marker when called alone, the step's extent when used with ``with``."""
+
+    def __init__(self, steps: StepClock) -> None:
+        self._steps = steps
+
+    def __enter__(self) -> StepContext:
+        self._steps.begin_step()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._steps.end_step()
+
+
+def batch_size_of(batch: Any) -> int | None:
+    """The leading dimension of the first tensor-like thing in the batch.
+
+    >>> class Tensor:
+    ...     shape = (16, 32)
+    >>> batch_size_of({"x": Tensor(), "y": Tensor()}), batch_size_of(["no size"])
+    (16, None)
+    """
+    if hasattr(batch, "shape") and len(batch.shape) > 0:
+        return int(batch.shape[0])
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, list | tuple):
+        for item in batch:
+            size = batch_size_of(item)
+            if size is not None:
+                return size
+    return None

@@ -1,0 +1,123 @@
+"""The sync counter over a fake torch, so the GPU-only paths (copies, ``.to("cpu")``, synchronize) run on any
+machine: what counts as a sync, what a copy costs in fake time, and that everything is put back."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from gpufly.profile.syncs import SyncCounter
+
+from .fakes import FakeClock
+
+COPY_S = 0.004
+"""Fake seconds each host-to-device copy takes."""
+
+
+def fake_torch(clock: FakeClock) -> Any:
+    """A torch with a Tensor class of its own (the counter patches it) whose copies move ``clock``."""
+
+    class Tensor:
+        requires_grad = False
+
+        def __init__(self, is_cuda: bool) -> None:
+            self.is_cuda = is_cuda
+
+        def item(self) -> float:
+            return 1.0
+
+        def tolist(self) -> list[float]:
+            return [1.0]
+
+        def cpu(self) -> Tensor:
+            return Tensor(False)
+
+        def numpy(self) -> list[float]:
+            return [1.0]
+
+        def __float__(self) -> float:
+            return 1.0
+
+        def __int__(self) -> int:
+            return 1
+
+        def __bool__(self) -> bool:
+            return True
+
+        def __index__(self) -> int:
+            return 1
+
+        def to(self, device: str, non_blocking: bool = False) -> Tensor:
+            if device == "cuda" and not self.is_cuda:
+                clock.advance(COPY_S)
+            return Tensor(device == "cuda")
+
+        def cuda(self, non_blocking: bool = False) -> Tensor:
+            if not self.is_cuda:
+                clock.advance(COPY_S)
+            return Tensor(True)
+
+    return SimpleNamespace(Tensor=Tensor, cuda=SimpleNamespace(synchronize=lambda: None))
+
+
+def started(cuda: bool) -> tuple[SyncCounter, Any, list[str], list[tuple[float, bool]]]:
+    clock = FakeClock()
+    torch = fake_torch(clock)
+    syncs: list[str] = []
+    copies: list[tuple[float, bool]] = []
+    counter = SyncCounter(on_sync=lambda: syncs.append("sync"), on_copy=lambda s, b: copies.append((s, b)),
+                          clock=clock)
+    counter.start(torch, cuda)
+    return counter, torch, syncs, copies
+
+
+def test_on_a_gpu_run_only_reads_of_gpu_tensors_wait() -> None:
+    counter, torch, syncs, _ = started(cuda=True)
+    gpu, host = torch.Tensor(True), torch.Tensor(False)
+    gpu.item()
+    host.cpu()  # already on the host: no wait
+    gpu.cpu()
+    float(gpu)
+    gpu.to("cpu")
+    torch.cuda.synchronize()
+    counter.stop()
+    assert dict(counter.calls) == {".item()": 1, ".cpu()": 1, "float(tensor)": 1, ".to(cpu)": 1,
+                                   "torch.cuda.synchronize()": 1}
+    assert len(syncs) == 5, "each one reported to the step clock"
+
+
+def test_host_to_device_copies_are_timed_and_their_blocking_noted() -> None:
+    counter, torch, syncs, copies = started(cuda=True)
+    host = torch.Tensor(False)
+    host.cuda()
+    host.to("cuda", non_blocking=True)
+    counter.stop()
+    assert copies == [(pytest.approx(COPY_S), True), (pytest.approx(COPY_S), False)]
+    assert syncs == [] and not counter.calls, "a copy to the device does not make the host wait"
+
+
+def test_on_a_cpu_run_every_read_counts_and_copies_are_left_alone() -> None:
+    counter, torch, _, copies = started(cuda=False)
+    host = torch.Tensor(False)
+    host.item()
+    host.tolist()
+    host.cpu()  # .cpu()/.numpy() wait only for a GPU tensor
+    int(host)
+    counter.stop()
+    assert dict(counter.calls) == {".item()": 1, ".tolist()": 1, "int(tensor)": 1}
+    assert torch.Tensor.to.__name__ == "to" and copies == []
+
+
+def test_stopping_puts_back_every_original_and_removes_what_was_inherited() -> None:
+    clock = FakeClock()
+    torch = fake_torch(clock)
+    before = dict(vars(torch.Tensor))
+    synchronize = torch.cuda.synchronize
+    counter = SyncCounter(on_sync=lambda: None, on_copy=lambda s, b: None, clock=clock)
+    counter.start(torch, cuda=True)
+    assert "__repr__" in vars(torch.Tensor), "an inherited method is wrapped on the class itself"
+    counter.stop()
+    assert dict(vars(torch.Tensor)) == before and torch.cuda.synchronize is synchronize
+    assert repr(torch.Tensor(False)).startswith("<")
