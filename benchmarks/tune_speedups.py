@@ -1,6 +1,7 @@
 """The recommender case study, stage by stage (data, compute, communication), then the other built-ins' search.
 
-The stages are gpufly.tune.stages, the same that `gpufly tune recsys` runs: each a real tuner trial of
+The stages are gpufly.tune.stages, the same plan that `gpufly tune recsys` runs through the tuner's one
+Search: each a real tuner trial of
 the built-in recsys workload in its own process (the same worker, the same training samples, the median
 per-step throughput with warm-up steps excluded and the device synchronized), cumulative, each judged
 by its probe loss and its held-out log loss against the naive pipeline. Then cnn and transformer
@@ -17,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from gpufly.tune.engine import ResultsLog, Search, default_knobs, run_in_subprocess
-from gpufly.tune.stages import StageResult, best_stage, catalog_price_per_hour, run_stages
-from gpufly.tune.worker import build
+from gpufly.tune import GreedyPlan, ResultsLog, Search, SubprocessRunner, Target, TrialResult, offered
+from gpufly.tune.stages import catalog_price_per_hour, stages
+from gpufly.tune.workload import build
 
 
 def main() -> None:
@@ -48,25 +49,24 @@ def main() -> None:
     header = f"{'stage':<14}{'configuration':<50}{'samples/s':>11}{'speedup':>9}{'held-out':>10}  verdict"
     print(header + (f"{'samples/$':>16}" if price else ""))
 
-    def show(entry: StageResult) -> None:
-        r = entry.result
+    def show(r: TrialResult) -> None:
         rate = "—" if r.throughput is None else f"{r.throughput:,.0f}"
         speedup = "—" if r.speedup is None else f"{r.speedup:.2f}x"
         loss = "—" if r.eval_metric is None else f"{r.eval_metric:.4f}"
         verdict = r.status + (f": {r.error[:60]}" if r.error else "")
-        line = f"{entry.stage.stage:<14}{r.name:<50}{rate:>11}{speedup:>9}{loss:>10}  {verdict:<8}"
-        if price and entry.samples_per_dollar:
-            line += f"{entry.samples_per_dollar:>16,.0f}"
+        line = f"{r.stage or '':<14}{r.name:<50}{rate:>11}{speedup:>9}{loss:>10}  {verdict:<8}"
+        dollars = r.samples_per_dollar(price)
+        if price and dollars:
+            line += f"{dollars:>16,.0f}"
         print(line, flush=True)
 
     with tempfile.TemporaryDirectory() as folder:
-        done = run_stages(lambda t: run_in_subprocess("recsys", t, 900, steps=args.steps, device=device),
-                          ResultsLog(Path(folder) / "stages.jsonl"), processes=args.processes,
-                          price_per_hour=price, on_result=show)
-    best = best_stage(done)
-    if best is not None:
-        print(f"best safe stage: {best.result.name}: {best.result.speedup:.2f}x the naive pipeline "
-              f"({done[0].result.throughput:,.0f} -> {best.result.throughput:,.0f} samples/s)")
+        run = Search(stages(args.processes), ResultsLog(Path(folder) / "stages.jsonl"),
+                     SubprocessRunner("recsys", args.steps, device, timeout_s=900), on_result=show)
+        best = run.run()
+    if best is not None and best.speedup is not None:
+        print(f"best safe stage: {best.name}: {best.speedup:.2f}x the naive pipeline "
+              f"({run.results[0].throughput:,.0f} -> {best.throughput:,.0f} samples/s)")
     if not args.skip_search:
         for name in ("cnn", "transformer"):
             searched(name, args.search_steps, device)
@@ -74,10 +74,10 @@ def main() -> None:
 
 def searched(name: str, steps: int = 24, device: str = "cpu") -> None:
     """A built-in workload through the tuner's own search (subprocess trials, probe-loss safety)."""
-    knobs = default_knobs(build(name, {}), device == "cuda", 0)
+    knobs = offered(Target(build(name, {}), device == "cuda"))
     with tempfile.TemporaryDirectory() as folder:
-        search = Search(name, knobs, ResultsLog(Path(folder) / "trials.jsonl"),
-                        lambda w, t, s: run_in_subprocess(w, t, s, steps=steps, device=device), timeout_s=600)
+        search = Search(GreedyPlan(knobs, steps=steps), ResultsLog(Path(folder) / "trials.jsonl"),
+                        SubprocessRunner(name, steps, device, timeout_s=600))
         best = search.run()
     print(f"\n{name} (gpufly tune's search, {steps} baseline steps per trial, the same samples)")
     print(f"{'configuration':<40}{'throughput':>18}{'speedup':>9}{'drift':>8}  verdict")

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 import gpufly  # noqa: E402
 from gpufly.errors import GpuflyError  # noqa: E402
-from gpufly.tune.engine import ResultsLog, TrialResult  # noqa: E402
+from gpufly.tune import ResultsLog, TrialResult  # noqa: E402
 
 
 def _objects() -> tuple[torch.nn.Module, torch.optim.Optimizer, torch.utils.data.DataLoader]:
@@ -64,30 +64,40 @@ def test_serving_knobs_prune_the_model(tmp_path: Path) -> None:
     assert 0.45 < zeros < 0.55 and not applied.model.training
 
 
-def test_bad_configurations_are_clear_errors(tmp_path: Path) -> None:
+def _broken_json(folder: Path) -> Path:
+    path = folder / "broken.json"
+    path.write_text("{not json")
+    return path
+
+
+def _all_failed(folder: Path) -> Path:
+    path = folder / "failed.jsonl"
+    ResultsLog(path).append(TrialResult("baseline", {}, "failed", error="boom"))
+    return path
+
+
+def _empty(folder: Path) -> Path:
+    path = folder / "empty.jsonl"
+    path.write_text("")
+    return path
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    (lambda folder: folder / "absent.jsonl", "no tune configuration"),
+    (_broken_json, "is not valid JSON"),
+    (_all_failed, r"holds 1 trials and none is safe \(1 failed\)"),
+    (_empty, "holds no tune trials"),
+    (lambda folder: {"amp": "fp16"}, "needs a CUDA GPU"),
+    (lambda folder: {"compile": "reduce-overhead"}, "needs a CUDA GPU"),
+    (lambda folder: {"task": "infer", "quantize": "int4_weight_only"}, "CUDA GPUs only"),
+    (lambda folder: {"optimizer_impl": "fusd"}, "cannot rebuild the optimizer"),
+], ids=["absent", "broken-json", "none-safe", "empty", "fp16-on-cpu", "cuda-graphs-on-cpu", "int4-on-cpu",
+        "optimizer-typo"])
+def test_bad_configurations_are_clear_errors(tmp_path: Path, config, message: str) -> None:  # type: ignore[no-untyped-def]
     model, opt, _ = _objects()
-    broken = tmp_path / "broken.json"
-    broken.write_text("{not json")
-    cases = {tmp_path / "absent.jsonl": "no tune configuration", broken: "is not valid JSON"}
-    for config, message in cases.items():
-        with pytest.raises(GpuflyError, match=message):
-            gpufly.apply(config, model)
-    empty = tmp_path / "empty.jsonl"
-    ResultsLog(empty).append(TrialResult("baseline", {}, "failed", error="boom"))
-    with pytest.raises(GpuflyError, match=r"holds 1 trials and none is safe \(1 failed\)"):
-        gpufly.apply(empty, model)
-    nothing = tmp_path / "nothing.jsonl"
-    nothing.write_text("")
-    with pytest.raises(GpuflyError, match="holds no tune trials"):
-        gpufly.apply(nothing, model)
-    with pytest.raises(GpuflyError, match="needs a CUDA GPU"):
-        gpufly.apply({"amp": "fp16"}, model)
-    with pytest.raises(GpuflyError, match="needs a CUDA GPU"):
-        gpufly.apply({"compile": "reduce-overhead"}, model)
-    with pytest.raises(GpuflyError, match="CUDA GPUs only"):
-        gpufly.apply({"task": "infer", "quantize": "int4_weight_only"}, model)
-    with pytest.raises(GpuflyError, match="cannot rebuild the optimizer"):
-        gpufly.apply({"optimizer_impl": "fusd"}, model, opt)
+    with pytest.raises(GpuflyError, match=message) as info:
+        gpufly.apply(config(tmp_path), model, opt)
+    assert info.value.hint
 
 
 def test_an_unknown_knob_is_not_silently_accepted() -> None:

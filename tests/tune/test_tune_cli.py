@@ -10,6 +10,7 @@ import pytest
 TINY = Path(__file__).parent.parent / "fixtures" / "tune" / "tiny.py"
 
 
+@pytest.mark.slow
 def test_a_user_workload_is_tuned_and_resumed(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     results = tmp_path / "trials.jsonl"
     page = tmp_path / "tune.html"
@@ -41,40 +42,49 @@ def test_a_user_workload_is_tuned_and_resumed(cli, tmp_path: Path) -> None:  # t
     assert missing.code == 2 and "no tune results" in missing.stderr
 
 
-def test_workload_loading_errors_are_one_line(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    cases = {
-        "nosuchthing": "unknown workload 'nosuchthing'",
-        "no_such_module_abc:make": "cannot import no_such_module_abc",
-        f"{TINY}:missing": "has no function 'missing'",
-        f"{tmp_path / 'absent.py'}:make": "no such file",
-    }
-    for target, message in cases.items():
-        result = cli("tune", target, "--results", str(tmp_path / "r.jsonl"))
-        assert result.code == 2, (target, result.stderr)
-        assert message in result.stderr and "hint:" in result.stderr and "Traceback" not in result.stderr
+@pytest.mark.parametrize(("target", "message"), [
+    ("nosuchthing", "unknown workload 'nosuchthing'"),
+    ("no_such_module_abc:make", "module not found: no_such_module_abc"),
+    (f"{TINY}:missing", "has no function 'missing'"),
+    ("{tmp}/absent.py:make", "no such file"),
+])
+def test_workload_loading_errors_are_one_line(cli, tmp_path: Path, target: str, message: str) -> None:  # type: ignore[no-untyped-def]
+    result = cli("tune", target.format(tmp=tmp_path), "--results", str(tmp_path / "r.jsonl"))
+    assert result.code == 2 and message in result.stderr, result.stderr
+    assert "hint:" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+@pytest.mark.parametrize(("source", "message"), [
+    ("def make():\n    return 42\n", "returned int, not a Workload"),
+    ("def make(:\n    pass\n", "has a syntax error: invalid syntax"),
+    ("import no_such_module_xyz\ndef make(): pass\n", "No module named 'no_such_module_xyz'"),
+    ("def make(options):\n    raise RuntimeError('boom')\n", "failed to build: RuntimeError: boom"),
+], ids=["not-a-workload", "syntax", "importing", "raising"])
+def test_a_broken_workload_file_is_a_two_line_error(cli, tmp_path: Path, source: str, message: str) -> None:  # type: ignore[no-untyped-def]
     broken = tmp_path / "broken.py"
-    broken.write_text("def make():\n    return 42\n")
-    result = cli("tune", f"{broken}:make", "--results", str(tmp_path / "r2.jsonl"))
-    assert result.code == 2 and "returned int, not a Workload" in result.stderr and "Traceback" not in result.stderr
-    sources = {"syntax.py": "def make(:\n    pass\n", "importing.py": "import no_such_module_xyz\ndef make(): pass\n",
-               "raising.py": "def make(options):\n    raise RuntimeError('boom')\n"}
-    messages = {"syntax.py": "has a syntax error: invalid syntax",
-                "importing.py": "No module named 'no_such_module_xyz'",
-                "raising.py": "failed to build: RuntimeError: boom"}
-    for name, source in sources.items():
-        (tmp_path / name).write_text(source)
-        result = cli("tune", f"{tmp_path / name}:make", "--results", str(tmp_path / f"{name}.jsonl"))
-        assert result.code == 2 and messages[name] in result.stderr, (name, result.stderr)
-        assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 2, result.stderr
-    syntax = cli("tune", f"{tmp_path / 'syntax.py'}:make", "--results", str(tmp_path / "s.jsonl"))
-    assert "syntax.py, line 1" in syntax.stderr and "py_compile" in syntax.stderr, "its own hint: where to look"
+    broken.write_text(source)
+    result = cli("tune", f"{broken}:make", "--results", str(tmp_path / "r.jsonl"))
+    assert result.code == 2 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 2, result.stderr
 
 
-def test_task_is_train_or_infer(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    result = cli("tune", "cnn", "--task", "serve", "--results", str(tmp_path / "r.jsonl"))
-    assert result.code == 2 and "--task is train or infer" in result.stderr
-    batched = cli("tune", "recsys", "--task", "infer", "--ddp", "2", "--results", str(tmp_path / "r.jsonl"))
-    assert batched.code == 2 and "takes neither --ddp" in batched.stderr
+def test_a_syntax_error_points_at_the_line_and_how_to_see_it(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    syntax = tmp_path / "syntax.py"
+    syntax.write_text("def make(:\n    pass\n")
+    result = cli("tune", f"{syntax}:make", "--results", str(tmp_path / "s.jsonl"))
+    assert "syntax.py, line 1" in result.stderr and "py_compile" in result.stderr, "its own hint: where to look"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["cnn", "--task", "serve"], "--task is train or infer"),
+    (["recsys", "--task", "infer", "--ddp", "2"], "takes neither --ddp"),
+    (["--device", "tpu"], "--device is auto, cuda or cpu"),
+])
+def test_task_and_device_are_checked(cli, tmp_path: Path, args: list[str], message: str) -> None:  # type: ignore[no-untyped-def]
+    argv = args if args[0] != "--device" else ["cnn", *args]
+    result = cli("tune", *argv, "--results", str(tmp_path / "r.jsonl"))
+    assert result.code == 2 and message in result.stderr and "hint:" in result.stderr, result.stderr
 
 
 def test_an_html_path_in_no_folder_is_refused_before_any_trial(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -84,41 +94,46 @@ def test_an_html_path_in_no_folder_is_refused_before_any_trial(cli, tmp_path: Pa
     assert not results.exists()
 
 
-def test_bad_results_paths_and_numbers_are_refused_before_any_trial(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("args", "message"), [
+    (["--results", "/proc/nope/r.jsonl"], "/proc/nope is not a folder"),
+    (["--results", "{folder}"], "is a folder"),
+    (["--results", "{folder}", "--resume"], "is a folder"),
+    (["--budget-minutes", "nan"], "--budget-minutes must be a positive number"),
+    (["--budget-minutes", "inf"], "--budget-minutes must be a positive number"),
+    (["--timeout", "nan"], "--timeout must be a positive number"),
+    (["--ddp", "-1"], "--ddp is a process count"),
+    (["--ddp", "1"], "--ddp 1 is one process, which is no DDP"),
+    (["--steps", "2"], "--steps must be at least 4"),
+])
+def test_bad_results_paths_and_numbers_are_refused_before_any_trial(cli, tmp_path: Path, args: list[str],  # type: ignore[no-untyped-def]
+                                                                    message: str) -> None:
     folder = tmp_path / "out"
     folder.mkdir()
-    cases = [
-        (["--results", "/proc/nope/r.jsonl"], "/proc/nope is not a folder"),
-        (["--results", str(folder)], "is a folder"),
-        (["--results", str(folder), "--resume"], "is a folder"),
-        (["--budget-minutes", "nan"], "--budget-minutes must be a positive number"),
-        (["--budget-minutes", "inf"], "--budget-minutes must be a positive number"),
-        (["--timeout", "nan"], "--timeout must be a positive number"),
-        (["--ddp", "-1"], "--ddp is a process count"),
-        (["--ddp", "1"], "--ddp 1 is one process, which is no DDP"),
-        (["--steps", "2"], "--steps must be at least 4"),
-    ]
-    for args, message in cases:
-        argv = ["tune", f"{TINY}:workload", *args]
-        if "--results" not in args:
-            argv += ["--results", str(tmp_path / "r.jsonl")]
-        result = cli(*argv)
-        assert result.code == 2 and message in result.stderr, (args, result.stderr)
-        assert "hint:" in result.stderr and "Traceback" not in result.stderr
+    argv = ["tune", f"{TINY}:workload", *(arg.format(folder=folder) for arg in args)]
+    if "--results" not in args:
+        argv += ["--results", str(tmp_path / "r.jsonl")]
+    result = cli(*argv)
+    assert result.code == 2 and message in result.stderr, result.stderr
+    assert "hint:" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "r.jsonl").exists() and not any(folder.iterdir())
 
 
-def test_an_unwritable_results_file_is_a_one_line_error(tmp_path: Path) -> None:
-    """A results file that cannot be written (a device that is full, whoever runs it, root included)."""
-    from gpufly.errors import GpuflyError
-    from gpufly.tune.engine import ResultsLog, TrialResult
+def test_an_existing_results_file_needs_resume(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    results = tmp_path / "r.jsonl"
+    results.write_text("")
+    result = cli("tune", f"{TINY}:workload", "--results", str(results))
+    assert result.code == 2 and "already holds trial results" in result.stderr and "--resume" in result.stderr
 
-    if not Path("/dev/full").exists():
-        pytest.skip("needs /dev/full")
-    full = tmp_path / "r.jsonl"
-    full.symlink_to("/dev/full")
-    with pytest.raises(GpuflyError, match="cannot write the results file"):
-        ResultsLog(full).append(TrialResult("baseline", {}, "ok"))
+
+def test_resuming_another_run_s_file_is_refused_before_any_trial(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from gpufly.tune import ResultsLog, run_identity
+
+    results = tmp_path / "r.jsonl"
+    ResultsLog(results).start(run_identity(f"{TINY}:workload", "train", 16, "cpu", "2.13"))
+    cross = cli("tune", "cnn", "--steps", "16", "--results", str(results), "--resume", "--device", "cpu")
+    assert cross.code == 2 and "holds another run's trials" in cross.stderr and "workload" in cross.stderr
+    assert "Traceback" not in cross.stderr and "hint:" in cross.stderr
+    assert len(results.read_text().splitlines()) == 1, "nothing was added"
 
 
 def test_the_help_names_the_builtins_and_the_forms_of_a_user_workload(cli) -> None:  # type: ignore[no-untyped-def]
@@ -128,6 +143,7 @@ def test_the_help_names_the_builtins_and_the_forms_of_a_user_workload(cli) -> No
     assert all(word in text for word in ("cnn", "transformer", "recsys", "module:function", "file.py:function"))
 
 
+@pytest.mark.slow
 def test_tune_recsys_runs_the_case_study_stages(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     results, page = tmp_path / "stages.jsonl", tmp_path / "stages.html"
     run = cli("tune", "recsys", "--steps", "40", "--results", str(results), "--price-per-hour", "2",
@@ -160,6 +176,7 @@ def test_tune_recsys_runs_the_case_study_stages(cli, tmp_path: Path) -> None:  #
     (["recsys", "--budget-minutes", "5"], "--budget-minutes applies to a search"),
     (["cnn", "--search"], "--search is for recsys"),
     (["cnn", "--price-per-hour", "2"], "--price-per-hour prices the recsys case study"),
+    (["recsys", "--price-per-hour", "-1"], "--price-per-hour must be a positive number of USD"),
 ])
 def test_options_one_kind_of_run_reads_are_refused_for_the_other(cli, args: list[str], message: str) -> None:
     result = cli("tune", *args)
@@ -179,8 +196,8 @@ def test_json_output_writes_a_diverged_loss_as_null() -> None:
         == {"loss_drift": None, "x": [None, 1.5]}
 
 
-def test_report_tune_says_why_a_file_has_no_best_trial(cli, tmp_path: Path) -> None:
-    from gpufly.tune.engine import ResultsLog, TrialResult
+def test_report_tune_says_why_a_file_has_no_best_trial(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from gpufly.tune import ResultsLog, TrialResult
 
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
@@ -194,3 +211,10 @@ def test_report_tune_says_why_a_file_has_no_best_trial(cli, tmp_path: Path) -> N
     binary.write_bytes(b"\xff\xfe")
     result = cli("report", "--tune", str(binary))
     assert result.code == 2 and "--results FILE" in result.stderr and "give --results" not in result.stderr
+
+
+def test_report_tune_reads_a_file_an_earlier_gpufly_wrote(cli) -> None:  # type: ignore[no-untyped-def]
+    old = Path(__file__).parent.parent / "fixtures" / "tune" / "results-v1.jsonl"
+    result = cli("report", "--tune", str(old))
+    assert result.code == 0, result.stderr
+    assert "tune: 4 trials; best safe channels_last=True at 1.50x" in result.stdout

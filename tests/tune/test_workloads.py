@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpufly.tune.engine import default_knobs
-from gpufly.tune.worker import build
+from gpufly.tune import Target, offered
+from gpufly.tune.workload import build
 
 
 @pytest.mark.parametrize("name", ["cnn", "transformer", "recsys"])
@@ -33,12 +33,15 @@ def test_a_builtin_trains_and_its_data_is_deterministic(name: str) -> None:
     assert float(workload.loss(workload.model, batch).detach()) < before, "a few steps on one batch lower its loss"
 
 
-def test_default_knobs_fit_the_workload() -> None:
-    cnn = default_knobs(build("cnn", {}), cuda=False, ddp=0)
+def test_the_knobs_offered_fit_the_builtins() -> None:
+    cnn = offered(Target(build("cnn", {}), cuda=False))
     assert cnn["channels_last"] == [True] and "tf32" not in cnn
-    recsys = default_knobs(build("recsys", {}), cuda=True, ddp=2)
+    recsys = offered(Target(build("recsys", {}), cuda=True, ddp=2))
     assert {"batched", "sparse", "fused", "ddp", "tf32", "pin_memory"} <= set(recsys)
     assert "channels_last" not in recsys
     assert recsys["ddp"] == [2] and recsys["ddp_hook"] == ["fp16", "powersgd", "bf16"] and recsys["bucket_mb"]
-    on_cpu = default_knobs(build("recsys", {}), cuda=False, ddp=2)
-    assert on_cpu["ddp_hook"] == ["fp16", "powersgd"], "bf16 compression needs NCCL"
+    assert offered(Target(build("recsys", {}), cuda=False, ddp=2))["ddp_hook"] == ["fp16", "powersgd"], \
+        "bf16 compression needs NCCL"
+    transformer = offered(Target(build("transformer", {}), cuda=True))
+    assert transformer["compile"] == ["default", "reduce-overhead"]
+    assert transformer["optimizer_impl"] == ["foreach", "fused"]

@@ -59,38 +59,40 @@ def tune(
     suffix = "-infer" if task == "infer" else ""
     results = results or Path(f"gpufly-tune-{workload.replace('/', '_').replace(':', '_')}{suffix}.jsonl")
     _check_paths(results, resume, html)
-    try:
-        import torch
-    except ImportError:
-        raise GpuflyError("tuning needs PyTorch", "pip install 'gpufly[torch]'") from None
-    if device == "cuda" and not torch.cuda.is_available():
-        raise GpuflyError("--device cuda, but torch sees no CUDA GPU", "leave --device at auto, or use --device cpu")
+    torch = _torch(device)
     cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
-    if stages_run:
-        _stages(torch, cuda, steps, timeout, results, ddp or 2, price_per_hour, html, as_json)
-        return
-    built = _build(workload)
-    if task == "infer" and (ddp or built.batch_sampler_dataset):
-        raise GpuflyError("--task infer takes neither --ddp nor a batched dataset", "tune inference on one process")
-    from gpufly.tune.engine import ResultsLog, Search, code_for, default_knobs, run_in_subprocess
+    from gpufly.tune import ResultsLog, Search, SubprocessRunner, code_for
 
-    knobs = default_knobs(built, cuda, ddp, task)
-    where = "cuda" if cuda else "cpu"
-    run = Search(workload, knobs, ResultsLog(results),
-                 lambda w, t, s: run_in_subprocess(w, t, s, steps=steps, device=where),
-                 timeout_s=timeout, budget_s=budget_minutes * 60, fixed={"task": "infer"} if task == "infer" else {},
-                 identity=_identity(torch, cuda, workload, task, steps), steps=steps)
-    best = _run_with_progress(run, 1 + sum(len(v) for v in knobs.values()), quiet=as_json)
-    rows = [_row(r) for r in run.results]
+    price_note = None
+    if stages_run:
+        from gpufly.tune.stages import WORKLOAD, stages
+
+        workload, plan, budget_s = WORKLOAD, stages(ddp or 2), None
+        identity = _identity(torch, cuda, workload, task, steps, mode="stages", ddp=ddp or 2)
+        price_per_hour, price_note = _price(torch, cuda, price_per_hour)
+    else:
+        plan, budget_s = _search_plan(workload, cuda, ddp, task, steps), budget_minutes * 60
+        identity = _identity(torch, cuda, workload, task, steps)
+    run = Search(plan, ResultsLog(results), SubprocessRunner(workload, steps, "cuda" if cuda else "cpu", timeout),
+                 identity=identity, budget_s=budget_s)
+    best = _run_with_progress(run, "stages" if stages_run else "trials", quiet=as_json)
+    rows = [r.to_dict(price_per_hour) for r in run.results]
     best_row = None if best is None else {"configuration": best.name, "knobs": best.knobs, "speedup": best.speedup,
                                           "code": code_for(best.knobs)}
     if html is not None:
-        _write_html(html, workload, rows, best_row, results)
+        from gpufly.tune.render import write_html
+
+        write_html(html, workload, rows, best_row, str(results))
     if as_json:
-        print_json({"workload": workload, "results_file": str(results), "trials": rows, "best": best_row,
-                    "html": None if html is None else str(html)})
+        mode = {"mode": "stages"} if stages_run else {}
+        priced = {"price_per_hour": price_per_hour, "price": price_note} if stages_run else {}
+        print_json({"workload": workload, **mode, "results_file": str(results), "trials": rows, "best": best_row,
+                    **priced, "html": None if html is None else str(html)})
         return
-    _render(rows, best, results)
+    if stages_run:
+        _render_stages(rows, best_row, price_note, results)
+    else:
+        _render(rows, best, results)
     if html is not None:
         console().print(f"speedup chart: {html}", markup=False)
 
@@ -145,10 +147,31 @@ def _check_paths(results: Path, resume: bool, html: Path | None) -> None:
         check_writable("--html", html, example="tune.html")
 
 
+def _torch(device: str) -> Any:
+    """Torch, imported here for the device check and the run's identity (the trials import it themselves)."""
+    try:
+        import torch
+    except ImportError:
+        raise GpuflyError("tuning needs PyTorch", "pip install 'gpufly[torch]'") from None
+    if device == "cuda" and not torch.cuda.is_available():
+        raise GpuflyError("--device cuda, but torch sees no CUDA GPU", "leave --device at auto, or use --device cpu")
+    return torch
+
+
+def _search_plan(workload: str, cuda: bool, ddp: int, task: str, steps: int) -> Any:
+    """The generic search over the knobs that apply to this workload, device and task."""
+    from gpufly.tune import GreedyPlan, Target, offered
+
+    built = _build(workload)
+    if task == "infer" and (ddp or built.batch_sampler_dataset):
+        raise GpuflyError("--task infer takes neither --ddp nor a batched dataset", "tune inference on one process")
+    return GreedyPlan(offered(Target(built, cuda, task, ddp)), fixed={"task": "infer"} if task == "infer" else {},
+                      steps=steps)
+
+
 def _build(workload: str) -> Any:
     """The workload, built once here so that a loading error is one line before any trial starts."""
-    from gpufly.tune.worker import build
-    from gpufly.tune.workload import Workload
+    from gpufly.tune.workload import Workload, build
 
     try:
         built = build(workload, {})
@@ -167,60 +190,25 @@ def _build(workload: str) -> Any:
     return built
 
 
-def _device_name(torch: Any, cuda: bool) -> str:
-    return torch.cuda.get_device_name(0) if cuda else "cpu"
-
-
 def _identity(torch: Any, cuda: bool, workload: str, task: str, steps: int, **extra: Any) -> dict[str, Any]:
-    from gpufly.tune.engine import run_identity
+    from gpufly.tune import run_identity
 
-    return run_identity(workload, task, steps, _device_name(torch, cuda), str(torch.__version__), **extra)
+    device = torch.cuda.get_device_name(0) if cuda else "cpu"
+    return run_identity(workload, task, steps, device, str(torch.__version__), **extra)
 
 
-def _stages(torch: Any, cuda: bool, steps: int, timeout: float, results: Path, processes: int,
-            price_per_hour: float | None, html: Path | None, as_json: bool) -> None:
-    """The recommender case study: the cumulative stages as trials, with samples per dollar."""
-    from gpufly.tune.engine import ResultsLog, code_for, run_in_subprocess
-    from gpufly.tune.stages import WORKLOAD, best_stage, catalog_price_per_hour, row, run_stages, stages
+def _price(torch: Any, cuda: bool, given: float | None) -> tuple[float | None, str | None]:
+    """The machine's price per hour and where it came from: given, or on a GPU the catalog prices, its own."""
+    if given is not None:
+        return given, f"${given:g}/h (given)"
+    if cuda:
+        from gpufly.tune.stages import catalog_price_per_hour
 
-    price_note = None if price_per_hour is None else f"${price_per_hour:g}/h (given)"
-    if price_per_hour is None and cuda:
         properties = torch.cuda.get_device_properties(0)
         found = catalog_price_per_hour(properties.name, properties.total_memory)
         if found is not None:
-            price_per_hour, price_note = found
-    where = "cuda" if cuda else "cpu"
-    identity = _identity(torch, cuda, WORKLOAD, "train", steps, mode="stages", ddp=processes)
-
-    def runner(trial: Any) -> Any:
-        return run_in_subprocess(WORKLOAD, trial, timeout, steps=steps, device=where)
-
-    done = _run_stages_with_progress(lambda hook: run_stages(runner, ResultsLog(results), identity, processes,
-                                                             price_per_hour, on_result=hook),
-                                     len(stages(processes)), quiet=as_json)
-    rows = [row(entry) for entry in done]
-    best = best_stage(done)
-    best_row = None if best is None else {"configuration": best.result.name, "knobs": best.result.knobs,
-                                          "speedup": best.result.speedup, "code": code_for(best.result.knobs)}
-    if html is not None:
-        _write_html(html, WORKLOAD, rows, best_row, results)
-    if as_json:
-        print_json({"workload": WORKLOAD, "mode": "stages", "results_file": str(results), "trials": rows,
-                    "best": best_row, "price_per_hour": price_per_hour, "price": price_note,
-                    "html": None if html is None else str(html)})
-        return
-    _render_stages(rows, best_row, price_note, results)
-    if html is not None:
-        console().print(f"speedup chart: {html}", markup=False)
-
-
-def _run_stages_with_progress(run: Any, expected: int, quiet: bool) -> Any:
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console(), disable=quiet, transient=True) as progress:
-        task = progress.add_task("stages", total=expected)
-        return run(lambda e: progress.update(task, advance=1, description=f"stages (last: {e.result.name})"))
+            return found
+    return None, None
 
 
 def _render_stages(rows: list[dict[str, Any]], best: dict[str, Any] | None, price_note: str | None,
@@ -259,7 +247,7 @@ def _verdict(row: dict[str, Any]) -> str:
     if verdict == "ok":
         verdict = "safe"
     elif verdict == "unsafe":
-        from gpufly.tune.engine import DRIFT_TOLERANCE
+        from gpufly.tune.verdict import DRIFT_TOLERANCE
 
         drift = row.get("loss_drift")
         verdict = ("unsafe: loss drifted" if drift is not None and drift > DRIFT_TOLERANCE
@@ -269,33 +257,14 @@ def _verdict(row: dict[str, Any]) -> str:
     return verdict
 
 
-def _write_html(path: Path, workload: str, rows: list[dict[str, Any]], best: dict[str, Any] | None,
-                results: Path) -> None:
-    from gpufly.tune.render import write_html
-
-    try:
-        write_html(path, workload, rows, best, str(results))
-    except OSError as exc:
-        raise GpuflyError(f"cannot write {path}: {exc.strerror}",
-                          f"the trial results are kept in {results}; pick another --html path") from None
-
-
-def _run_with_progress(search: Any, expected: int, quiet: bool) -> Any:
+def _run_with_progress(search: Any, what: str, quiet: bool) -> Any:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console(), disable=quiet, transient=True) as progress:
-        task = progress.add_task("trials", total=expected)
-        search.on_result = lambda r: progress.update(task, advance=1, description=f"trials (last: {r.name})")
+        task = progress.add_task(what, total=search.plan.expected_trials())
+        search.on_result = lambda r: progress.update(task, advance=1, description=f"{what} (last: {r.name})")
         return search.run()
-
-
-def _row(r: Any) -> dict[str, Any]:
-    return {"configuration": r.name, "knobs": r.knobs, "status": r.status, "throughput": r.throughput,
-            "mean_throughput": r.mean_throughput, "unit": r.unit, "speedup": r.speedup,
-            "peak_memory_bytes": r.peak_memory_bytes, "loss_drift": r.loss_drift, "eval_metric": r.eval_metric,
-            "metric_drop": r.metric_drop, "world_size": r.world_size, "error": r.error,
-            "seconds": round(r.seconds, 2)}
 
 
 def _render(rows: list[dict[str, Any]], best: Any, results: Path) -> None:
@@ -318,7 +287,7 @@ def _render(rows: list[dict[str, Any]], best: Any, results: Path) -> None:
         out.print("the baseline itself failed; nothing to compare against (see the error above)")
         return
     out.print(f"best safe configuration: {best.name} ({best.speedup:.2f}x the baseline)", markup=False)
-    from gpufly.tune.engine import code_for
+    from gpufly.tune import code_for
 
     for line in code_for(best.knobs):
         out.print(f"  {line}", markup=False)

@@ -10,6 +10,8 @@ import html
 from pathlib import Path
 from typing import Any
 
+from gpufly.jsonfile import write_text_atomic
+
 VERDICT_COLOURS = {"ok": "#81c784", "unsafe": "#ffb74d"}
 """Bar colours: safe trials green, unsafe amber; failures have no bar."""
 
@@ -81,4 +83,6 @@ td:nth-child(2), td:nth-child(3), td:nth-child(4) {{ text-align: right; }}
 
 def write_html(path: Path, workload: str, rows: list[dict[str, Any]], best: dict[str, Any] | None,
                results_file: str) -> None:
-    path.write_text(page(workload, rows, best, results_file), encoding="utf-8")
+    """The page, written atomically; the hint says the trial results are safe in ``results_file``."""
+    write_text_atomic(path, page(workload, rows, best, results_file),
+                      f"the trial results are kept in {results_file}; pick another --html path")

@@ -13,6 +13,7 @@ Torch is imported only for type checking, so this module loads without it.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -70,3 +71,26 @@ class Workload:
 
 WorkloadFactory = Callable[..., Workload]
 """``factory(options: dict[str, Any]) -> Workload``, or ``factory() -> Workload`` for user code."""
+
+BUILTIN = {name: f"gpufly.tune.workloads.{name}:workload" for name in ("recsys", "cnn", "transformer")}
+"""The built-in workloads by name; any other name is a user's ``module:function`` or ``file.py:function``."""
+
+
+def load_factory(name: str) -> WorkloadFactory:
+    """The factory a workload name points at, through gpufly's one loader of function references."""
+    from gpufly.errors import GpuflyError
+    from gpufly.loading import load_function
+
+    target = BUILTIN.get(name, name)
+    if ":" not in target:
+        raise GpuflyError(f"unknown workload {name!r}", f"built in: {', '.join(BUILTIN)}; or module:function")
+    return load_function(target, example="workload")
+
+
+def build(name: str, options: dict[str, Any]) -> Workload:
+    """The workload ``name`` with the trial's options; a factory that takes no argument gets none."""
+    factory = load_factory(name)
+    takes_options = bool(inspect.signature(factory).parameters)
+    if options and not takes_options:
+        raise ValueError(f"{name} takes no options, but the trial sets {sorted(options)}")
+    return factory(options) if takes_options else factory()

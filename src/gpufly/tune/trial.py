@@ -1,0 +1,164 @@
+"""A trial: one configuration run in its own Python process, and what came back as a ``TrialResult``.
+
+Each trial runs ``python -m gpufly.tune.worker`` (under torchrun for DDP) with a timeout, so an out-of-memory
+error, a compile failure or a hang becomes a recorded result and the search goes on. This module is the
+parent's side: it never imports the worker (nor torch); the request goes out as JSON and one JSON line
+comes back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufly.tune.knobs import processes
+
+
+@dataclass(frozen=True)
+class Trial:
+    """A configuration to measure: a name for people, the knobs (and workload options) for the worker."""
+
+    name: str
+    knobs: dict[str, Any]
+
+    @property
+    def key(self) -> str:
+        """Identifies a configuration in the results file, whatever it is called."""
+        return json.dumps(self.knobs, sort_keys=True)
+
+
+@dataclass
+class TrialResult:
+    """What one trial measured, and the verdict the search gave it against the baseline."""
+
+    name: str
+    knobs: dict[str, Any]
+    status: str
+    """ok, unsafe, oom, failed or timeout."""
+    throughput: float | None = None
+    """The median over the measured steps of each step's rate."""
+    unit: str = "samples"
+    peak_memory_bytes: int | None = None
+    data_wait_share: float | None = None
+    losses: list[float] = field(default_factory=list)
+    """The training loss per step (for the curve)."""
+    eval_loss: float | None = None
+    """Loss on fixed probe batches after training on the same samples as every other trial."""
+    loss_drift: float | None = None
+    error: str | None = None
+    seconds: float = 0.0
+    speedup: float | None = None
+    batch_size: int | None = None
+    """The trial's global batch size, as the worker ran it."""
+    device_memory_bytes: int | None = None
+    """The GPU's total memory (None on a CPU): with the peak, what tells how large a batch fits."""
+    mean_throughput: float | None = None
+    """Units over the summed time of the measured steps: what the loop gave, outlier steps included."""
+    eval_metric: float | None = None
+    """The workload's ``evaluate(model)`` after training; None when it has none."""
+    higher_is_better: bool = True
+    metric_drop: float | None = None
+    """Relative move of the metric the bad way from the baseline's (positive: worse)."""
+    world_size: int | None = None
+    """How many processes the trial ran on, as the worker saw it (2 for ddp=2)."""
+    stage: str | None = None
+    """For a staged plan (the recsys case study): baseline, data, compute or communication."""
+
+    @property
+    def usable(self) -> bool:
+        return self.status == "ok" and self.throughput is not None
+
+    def samples_per_dollar(self, price_per_hour: float | None) -> float | None:
+        """Units one dollar of machine time buys at this trial's throughput: an hour's units over the hour's price.
+
+        >>> r = TrialResult("x", {}, "ok", throughput=1000.0)
+        >>> r.samples_per_dollar(2.0), r.samples_per_dollar(None)
+        (1800000.0, None)
+        """
+        if self.throughput is None or not price_per_hour or price_per_hour <= 0:
+            return None
+        return self.throughput * 3600 / price_per_hour
+
+    def to_dict(self, price_per_hour: float | None = None) -> dict[str, Any]:
+        """The row the CLI prints as JSON and the HTML page shows; a staged trial adds its stage, its held-out
+        loss (the metric, under the case study's name) and samples per dollar at ``price_per_hour``."""
+        row = {"configuration": self.name, "knobs": self.knobs, "status": self.status,
+               "throughput": self.throughput, "mean_throughput": self.mean_throughput, "unit": self.unit,
+               "speedup": self.speedup, "peak_memory_bytes": self.peak_memory_bytes, "loss_drift": self.loss_drift,
+               "eval_metric": self.eval_metric, "metric_drop": self.metric_drop, "world_size": self.world_size,
+               "error": self.error, "seconds": round(self.seconds, 2)}
+        if self.stage is not None:
+            row = {"stage": self.stage, **row, "held_out_loss": self.eval_metric,
+                   "samples_per_dollar": self.samples_per_dollar(price_per_hour)}
+        return row
+
+
+Runner = Callable[[Trial], TrialResult]
+"""Runs one trial and returns what happened; the search takes any (a fake one in tests)."""
+
+
+MEASURED = ("throughput", "unit", "peak_memory_bytes", "data_wait_share", "losses", "eval_loss", "batch_size",
+            "device_memory_bytes", "mean_throughput", "eval_metric", "higher_is_better", "world_size")
+"""The worker's JSON keys that a TrialResult keeps."""
+
+
+@dataclass(frozen=True)
+class SubprocessRunner:
+    """Runs each trial of ``workload`` in a fresh interpreter (torchrun for DDP) and turns whatever happens there
+    into a TrialResult: the worker's measurement, or an oom, failed or timeout result with the error line."""
+
+    workload: str
+    steps: int = 30
+    device: str | None = None
+    timeout_s: float = 300.0
+
+    def __call__(self, trial: Trial) -> TrialResult:
+        request = json.dumps({"workload": self.workload, "knobs": trial.knobs, "steps": self.steps,
+                              "device": self.device})
+        started = time.monotonic()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "GPUFLY_TUNE_REQUEST": request}
+        command = [sys.executable, "-m", "gpufly.tune.worker"]
+        count = processes(trial.knobs)
+        if count > 1:  # DDP: torchrun starts the processes (gloo on CPU, NCCL on GPUs)
+            env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS", "1")
+            command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={count}",
+                       "-m", "gpufly.tune.worker"]
+        try:
+            done = subprocess.run(command, input=request, capture_output=True, text=True, timeout=self.timeout_s,
+                                  env=env, cwd=os.getcwd())
+        except subprocess.TimeoutExpired:
+            return TrialResult(trial.name, trial.knobs, "timeout", error=f"no result within {self.timeout_s:g} s",
+                               seconds=time.monotonic() - started)
+        return outcome(trial, done.returncode, done.stdout, done.stderr, time.monotonic() - started)
+
+
+def outcome(trial: Trial, returncode: int, stdout: str, stderr: str, seconds: float) -> TrialResult:
+    """A finished worker process as a TrialResult: its last JSON line when it succeeded, else its error."""
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    if returncode == 0 and lines:
+        data = json.loads(lines[-1])
+        measured = {key: data[key] for key in MEASURED if data.get(key) is not None}
+        return TrialResult(trial.name, trial.knobs, "ok", seconds=seconds, **measured)
+    status = "oom" if "out of memory" in stderr.lower() else "failed"
+    return TrialResult(trial.name, trial.knobs, status, error=error_line(stderr)[:300], seconds=seconds)
+
+
+def error_line(stderr: str) -> str:
+    """The exception a trial died of: under torchrun, the first rank's, not the launcher's banner.
+
+    >>> error_line("[rank0]: ValueError: bad\\ntorch...ChildFailedError: \\n"), error_line("")
+    ('ValueError: bad', 'exited with no message')
+    """
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if re.match(r"^(\[rank\d+\]: )?[\w.]*(Error|Exception)\b", line)
+              and "ChildFailedError" not in line]
+    if errors:
+        return re.sub(r"^\[rank\d+\]: ", "", errors[0])
+    return lines[-1] if lines else "exited with no message"
