@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import subprocess
 import sys
@@ -17,6 +18,11 @@ from gpufly.catalog import Catalog, default_catalog
 
 CLI_COLUMNS = "160"
 """The terminal width CLI tests render at, unless a test gives its own COLUMNS."""
+logging.raiseExceptions = False
+"""Libraries (transformers) make their log handler once per process, on the sys.stderr of that moment; in a test
+process that is one test's capture stream, closed when the test ends, and a later test's log line would print
+"--- Logging error ---" with a traceback into the stderr it checks. A real `gpufly` process has one stderr, so
+this only quiets an artifact of running many commands in one process (logging's own production setting)."""
 PROCESS_TIMEOUT_S = 600.0
 """Generous on purpose: a real process on a busy 2-core CI machine can take many times its idle time, and a test
 must fail on a wrong answer, never on a slow machine."""

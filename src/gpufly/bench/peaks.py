@@ -7,16 +7,7 @@ every CPU figure has no peak: None, never a guess.
 from __future__ import annotations
 
 from gpufly.catalog import GpuSpec
-
-RATE_FIELDS = {
-    "fp32": "fp32_tflops",
-    "tf32": "tf32_tensor_tflops",
-    "fp16": "fp16_tensor_tflops",
-    "bf16": "bf16_tensor_tflops",
-    "fp8": "fp8_tensor_tflops",
-    "int8": "int8_tensor_tops",
-}
-"""The catalog field that bounds a matmul at each precision (dense, at boost clock)."""
+from gpufly.catalog.spec import PRECISION_FIELDS
 
 PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
 """Usable GB/s per lane, each direction, after line encoding (PCI-SIG base specifications: 2.5/5 GT/s
@@ -26,7 +17,7 @@ further 10-20%, so no real transfer reaches it."""
 
 def rate_peak(spec: GpuSpec | None, dtype: str) -> float | None:
     """Peak matmul rate of ``dtype`` in FLOP/s (OP/s for int8), or None where the catalog gives none."""
-    field = RATE_FIELDS.get(dtype)
+    field = PRECISION_FIELDS.get(dtype)
     tera = getattr(spec, field, None) if spec is not None and field else None
     return tera * 1e12 if tera else None
 
@@ -73,4 +64,4 @@ def peak_for(spec: GpuSpec | None, key: str | None) -> tuple[float | None, str |
         peak = pcie_peak(spec)
         return peak, (f"{spec.id}: PCIe {spec.pcie_gen}.0 x{spec.pcie_lanes}" if peak else None)
     peak = rate_peak(spec, key)
-    return peak, (f"{spec.id}: {RATE_FIELDS[key]}" if peak else None)
+    return peak, (f"{spec.id}: {PRECISION_FIELDS[key]}" if peak else None)

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import get_args, get_type_hints
 
-from gpufly.catalog.spec import GpuSpec
+from gpufly.catalog.spec import PRECISION_FIELDS, TENSOR_FIELDS, GpuSpec
 from gpufly.errors import GpuflyError, unknown_choice
 
 
@@ -100,13 +100,7 @@ METRIC_ALIASES: dict[str, str] = {
     "memory": "vram_gib",
     "bandwidth": "memory_bandwidth_gbps",
     "bw": "memory_bandwidth_gbps",
-    "fp32": "fp32_tflops",
-    "tf32": "tf32_tensor_tflops",
-    "fp16": "fp16_tensor_tflops",
-    "bf16": "bf16_tensor_tflops",
-    "fp8": "fp8_tensor_tflops",
-    "fp4": "fp4_tensor_tflops",
-    "int8": "int8_tensor_tops",
+    **PRECISION_FIELDS,
     "tdp": "tdp_w",
     "power": "tdp_w",
     "price": "launch_price_usd",
@@ -114,14 +108,7 @@ METRIC_ALIASES: dict[str, str] = {
     "cc": "compute_capability",
 }
 
-PRECISIONS: dict[str, str] = {
-    "tf32": "tf32_tensor_tflops",
-    "fp16": "fp16_tensor_tflops",
-    "bf16": "bf16_tensor_tflops",
-    "fp8": "fp8_tensor_tflops",
-    "fp4": "fp4_tensor_tflops",
-    "int8": "int8_tensor_tops",
-}
+PRECISIONS: dict[str, str] = {name: field for name, field in PRECISION_FIELDS.items() if field in TENSOR_FIELDS}
 """`--has` names: a GPU has a precision when its vendor gives a tensor rate for it."""
 
 

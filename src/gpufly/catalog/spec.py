@@ -21,6 +21,18 @@ RATE_FIELDS: tuple[str, ...] = (
 
 TENSOR_FIELDS: tuple[str, ...] = tuple(name for name in RATE_FIELDS if "_tensor_" in name)
 
+PRECISION_FIELDS: dict[str, str] = {
+    "fp32": "fp32_tflops",
+    "tf32": "tf32_tensor_tflops",
+    "fp16": "fp16_tensor_tflops",
+    "bf16": "bf16_tensor_tflops",
+    "fp8": "fp8_tensor_tflops",
+    "fp4": "fp4_tensor_tflops",
+    "int8": "int8_tensor_tops",
+}
+"""Each precision's name and the field holding its dense matmul rate (FP32 on the vector units, the rest on the
+tensor cores): the one map `gpus --has`, `--sort fp16` and the bench's percent of peak all read."""
+
 
 def parse_compute_capability(cc: str) -> tuple[int, int]:
     """A CUDA compute capability as (major, minor), the one reader of the "MAJOR.MINOR" form gpufly uses
