@@ -62,4 +62,11 @@ def test_a_missing_optional_library_names_its_extra() -> None:
     with pytest.raises(GpuflyError) as caught:
         require("no_such_library_for_gpufly", "gpufly top")
     assert caught.value.message == "gpufly top needs no_such_library_for_gpufly, which is not installed"
-    assert "gpufly[all]" in (caught.value.hint or "")
+    assert caught.value.hint == "pip install no_such_library_for_gpufly"
+
+
+def test_a_missing_part_of_an_optional_library_names_its_extra() -> None:
+    with pytest.raises(GpuflyError) as caught:
+        require("textual.no_such_part", "gpufly top")
+    assert caught.value.message == "gpufly top needs textual, which is not installed"
+    assert caught.value.hint == "pip install 'gpufly[monitor]' (or 'gpufly[all]' for every optional part but torch)"

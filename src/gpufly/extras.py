@@ -19,6 +19,8 @@ EXTRAS = {
     "torch": "torch",
 }
 """Each optional library and the extra that installs it (pyproject.toml's optional-dependencies)."""
+IN_ALL = ("monitor", "charts", "gguf")
+"""The extras ``gpufly[all]`` brings (torch is left to its own extra: pip would pick a multi-GB CUDA build)."""
 
 
 def require(module: str, feature: str) -> ModuleType:
@@ -33,6 +35,19 @@ def require(module: str, feature: str) -> ModuleType:
         top = module.split(".")[0]
         if exc.name is not None and exc.name.split(".")[0] != top:
             raise  # the library is there but one of its own imports failed: not a missing extra
-        extra = EXTRAS.get(top, "all")
-        raise GpuflyError(f"{feature} needs {top}, which is not installed",
-                          hint=f"pip install 'gpufly[{extra}]' (or 'gpufly[all]' for every optional part)") from None
+        raise GpuflyError(f"{feature} needs {top}, which is not installed", hint=install_hint(top)) from None
+
+
+def install_hint(library: str) -> str:
+    """What to install for ``library``: its extra, and ``gpufly[all]`` where that brings it too.
+
+    >>> install_hint("textual")
+    "pip install 'gpufly[monitor]' (or 'gpufly[all]' for every optional part but torch)"
+    >>> install_hint("torch")
+    "pip install 'gpufly[torch]'"
+    """
+    extra = EXTRAS.get(library)
+    if extra is None:
+        return f"pip install {library}"
+    also = " (or 'gpufly[all]' for every optional part but torch)" if extra in IN_ALL else ""
+    return f"pip install 'gpufly[{extra}]'{also}"
