@@ -18,12 +18,14 @@ def test_the_listed_line_is_the_commands_own_first_paragraph(name: str) -> None:
     assert COMMANDS[name].summary == first
 
 
-def test_help_lists_every_command_with_its_line(cli) -> None:
-    result = cli("--help", env={"COLUMNS": "400"})
+def test_help_lists_every_command_with_its_whole_line(cli) -> None:
+    result = cli("--help")
     assert result.code == 0
+    lines = result.stdout.splitlines()
+    words = " ".join(" ".join(lines).split())
     for name, entry in COMMANDS.items():
-        assert f" {name} " in result.stdout
-        assert entry.summary.split(";")[0] in result.stdout
+        assert any(line.startswith(f"  {name} ") for line in lines), name
+        assert f"{name} {entry.summary}" in words
 
 
 def test_help_and_one_command_load_no_other_command_module() -> None:

@@ -42,9 +42,14 @@ def test_every_knob_has_one_name_a_phase_and_a_line_to_paste() -> None:
 
 def test_every_knob_class_is_in_the_registry() -> None:
     """A knob class left out of KNOBS would pass its name to the workload as an option; none is."""
-    from gpufly.tune.knobs import Knob
+    from gpufly.tune.knobs import DistributedKnob, GpuTrainingSwitch, Knob
 
-    assert {type(knob) for knob in KNOBS} == set(Knob.__subclasses__())
+    def leaves(cls: type) -> set[type]:
+        subclasses = set(cls.__subclasses__())
+        return {leaf for sub in subclasses for leaf in (leaves(sub) or {sub})}
+
+    assert {type(knob) for knob in KNOBS} == leaves(Knob)
+    assert not {DistributedKnob, GpuTrainingSwitch} & {type(knob) for knob in KNOBS}
 
 
 @pytest.mark.parametrize(("target", "expected"), [

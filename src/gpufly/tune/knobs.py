@@ -228,23 +228,42 @@ class Compile(Knob):
         return self.template.format(v="default" if value is True else value)
 
 
-class Ddp(Knob):
+class DistributedKnob(Knob):
+    """A knob that means something only under DDP. The search offers it when the run asks for DDP processes; in a
+    trial it changes the DDP setup (``apply_to_ddp``); in the user's process it is an instruction, since the user
+    launches the processes themselves."""
+
+    def applies(self, target: Target) -> bool:
+        return target.training and target.ddp > 1
+
+    def apply(self, setup: Setup, value: Any) -> None:
+        self.check(value)
+        if not setup.in_trial:
+            setup.todo.append(self.instruction(value))
+            return
+        self.apply_to_ddp(setup, value)
+
+    def check(self, value: Any) -> None:
+        """A ValueError for a value the knob does not take (the trial records it)."""
+
+    def apply_to_ddp(self, setup: Setup, value: Any) -> None:
+        raise NotImplementedError
+
+    def instruction(self, value: Any) -> str:
+        return self.code(value)
+
+
+class Ddp(DistributedKnob):
     """The parent launches the trial under torchrun with this many processes; in the trial, the model is wrapped
     in DistributedDataParallel with the bucket size the ``bucket_mb`` knob set."""
 
     name, phase = "ddp", Phase.DISTRIBUTED
     template = "torchrun --nproc-per-node={v} train.py, with model = DistributedDataParallel(model)"
 
-    def applies(self, target: Target) -> bool:
-        return target.training and target.ddp > 1
-
     def values(self, target: Target) -> list[Any]:
         return [target.ddp]
 
-    def apply(self, setup: Setup, value: Any) -> None:
-        if not setup.in_trial:
-            setup.todo.append(self.instruction(value))
-            return
+    def apply_to_ddp(self, setup: Setup, value: Any) -> None:
         if setup.world > 1:
             import torch
 
@@ -254,22 +273,18 @@ class Ddp(Knob):
         return f"launch with torchrun --nproc-per-node={value} and wrap the model in DistributedDataParallel"
 
 
-class DdpHook(Knob):
+class DdpHook(DistributedKnob):
     name, phase, needs_ddp = "ddp_hook", Phase.DISTRIBUTED, True
     template = "ddp_model.register_comm_hook(None, default_hooks.{v}_compress_hook)"
-
-    def applies(self, target: Target) -> bool:
-        return target.training and target.ddp > 1
 
     def values(self, target: Target) -> list[Any]:
         return ["fp16", "powersgd", *(["bf16"] if target.cuda else [])]  # bf16 compression needs NCCL
 
-    def apply(self, setup: Setup, value: Any) -> None:
+    def check(self, value: Any) -> None:
         if value not in ("fp16", "bf16", "powersgd"):
             raise ValueError(f"unknown ddp_hook {value!r}: fp16, bf16 or powersgd")
-        if not setup.in_trial:
-            setup.todo.append(self.instruction(value))
-            return
+
+    def apply_to_ddp(self, setup: Setup, value: Any) -> None:
         if setup.world > 1:
             register_comm_hook(setup.model, value)
 
@@ -288,23 +303,15 @@ def register_comm_hook(model: Any, hook: str) -> None:
         model.register_comm_hook(None, getattr(default_hooks, f"{hook}_compress_hook"))
 
 
-class BucketMb(Knob):
+class BucketMb(DistributedKnob):
     name, phase, needs_ddp = "bucket_mb", Phase.BACKEND, True
     template = "DistributedDataParallel(..., bucket_cap_mb={v})"
-
-    def applies(self, target: Target) -> bool:
-        return target.training and target.ddp > 1
 
     def values(self, target: Target) -> list[Any]:
         return [5, 100]
 
-    def apply(self, setup: Setup, value: Any) -> None:
-        if not setup.in_trial:
-            setup.todo.append(self.instruction(value))
+    def apply_to_ddp(self, setup: Setup, value: Any) -> None:
         setup.bucket_mb = float(value)
-
-    def instruction(self, value: Any) -> str:
-        return self.code(value)
 
 
 class Prune(Knob):
@@ -474,16 +481,20 @@ class OptimizerImpl(Knob):
             raise ValueError(f"cannot rebuild the optimizer: {exc}") from None
 
 
-class PinMemory(Knob):
-    rebuilds_loader = True
-    name, phase = "pin_memory", Phase.LOOP
-    template = "DataLoader(..., pin_memory=True); batch.to(device, non_blocking=True)"
+class GpuTrainingSwitch(Knob):
+    """A switch (tried as True) that only helps a training run on a GPU: pinned memory, TF32, cuDNN autotuning."""
 
     def applies(self, target: Target) -> bool:
         return target.training and target.cuda
 
     def values(self, target: Target) -> list[Any]:
         return [True]
+
+
+class PinMemory(GpuTrainingSwitch):
+    rebuilds_loader = True
+    name, phase = "pin_memory", Phase.LOOP
+    template = "DataLoader(..., pin_memory=True); batch.to(device, non_blocking=True)"
 
     def apply(self, setup: Setup, value: Any) -> None:
         setup.loader.pin_memory = bool(value)
@@ -501,30 +512,18 @@ def enable_tf32() -> None:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
 
-class Tf32(Knob):
+class Tf32(GpuTrainingSwitch):
     name, phase = "tf32", Phase.BACKEND
     template = ("torch.backends.cuda.matmul.fp32_precision = 'tf32'; "
                 "torch.backends.cudnn.conv.fp32_precision = 'tf32'")
-
-    def applies(self, target: Target) -> bool:
-        return target.training and target.cuda
-
-    def values(self, target: Target) -> list[Any]:
-        return [True]
 
     def apply(self, setup: Setup, value: Any) -> None:
         if value:
             enable_tf32()
 
 
-class CudnnBenchmark(Knob):
+class CudnnBenchmark(GpuTrainingSwitch):
     name, phase, template = "cudnn_benchmark", Phase.BACKEND, "torch.backends.cudnn.benchmark = True"
-
-    def applies(self, target: Target) -> bool:
-        return target.training and target.cuda
-
-    def values(self, target: Target) -> list[Any]:
-        return [True]
 
     def apply(self, setup: Setup, value: Any) -> None:
         if value:
