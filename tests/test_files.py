@@ -48,15 +48,15 @@ def test_lines_are_appended_whole(tmp_path: Path) -> None:
     assert log.read_text().splitlines() == ['{"a": 1}', '{"a": 2}']
 
 
-def test_a_failed_write_keeps_the_old_file(tmp_path: Path) -> None:
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path: Path, monkeypatch) -> None:
     target = tmp_path / "keep.json"
     target.write_text("precious")
-    tmp_path.chmod(0o500)  # the folder refuses the temporary file
-    try:
-        if os.access(tmp_path, os.W_OK):
-            pytest.skip("running as a user the folder's permissions do not stop (root)")
-        with pytest.raises(GpuflyError, match="cannot write"):
-            write_text_atomic(target, "new")
-    finally:
-        tmp_path.chmod(0o700)
+
+    def refuse(source: str, destination: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(GpuflyError, match=r"cannot write .*keep\.json: No space left on device"):
+        write_text_atomic(target, "new")
     assert target.read_text() == "precious"
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.json"]
