@@ -1,35 +1,180 @@
-"""Names resolve the way people type them, and drivers' names map to the right variant."""
+"""Names resolve the way people type them and drivers report them, never to another product: a name that
+covers variants picks the declared default and says so, or asks."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpufly.catalog import normalize
+from gpufly.catalog import Catalog, normalize
+from gpufly.catalog.spec import GpuSpec
 from gpufly.errors import GpuflyError
 
+ASK = "matches several GPUs"
+UNKNOWN = "unknown GPU"
 
-@pytest.mark.parametrize("typed, expected", [
-    ("4090", "rtx-4090"), ("rtx4090", "rtx-4090"), ("RTX 4090", "rtx-4090"),
-    ("geforce rtx 4090", "rtx-4090"), ("NVIDIA GeForce RTX 4090", "rtx-4090"),
-    ("h100 sxm", "h100-sxm"), ("a100-80g", "a100-sxm4-80gb"), ("rtx 3080 12gb", "rtx-3080-12gb"),
-    ("3080", "rtx-3080-10gb"), ("l40s", "l40s"), ("mi300x", "mi300x"), ("m4 max", "m4-max"),
-    ("rtx 4060 ti", "rtx-4060-ti-16gb"),
+NAMES = [
+    # What drivers report (NVML, ROCm, Level Zero): always the exact entry, never an assumption.
+    ("NVIDIA A100-SXM4-80GB", "a100-sxm4-80gb", None),
+    ("NVIDIA A100-SXM4-40GB", "a100-sxm4-40gb", None),
+    ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb", None),
+    ("NVIDIA A100-PCIE-40GB", "a100-pcie-40gb", None),
+    ("Tesla V100-PCIE-32GB", "v100-pcie-32gb", None),
+    ("Tesla V100-SXM2-16GB", "v100-sxm2-16gb", None),
+    ("NVIDIA H100 80GB HBM3", "h100-sxm", None),
+    ("NVIDIA H100 PCIe", "h100-pcie", None),
+    ("NVIDIA H100 NVL", "h100-nvl", None),
+    ("NVIDIA H200 NVL", "h200-nvl", None),
+    ("NVIDIA H20", "h20", None),
+    ("NVIDIA L40S", "l40s", None),
+    ("NVIDIA L4", "l4", None),
+    ("Tesla T4", "t4", None),
+    ("NVIDIA A10G", "a10g", None),
+    ("NVIDIA GeForce RTX 4090", "rtx-4090", None),
+    ("NVIDIA GeForce RTX 4090 Laptop GPU", "rtx-4090-laptop", None),
+    ("NVIDIA GeForce RTX 4070 Laptop GPU", "rtx-4070-laptop", None),
+    ("NVIDIA GeForce RTX 4070 Ti", "rtx-4070-ti", None),
+    ("NVIDIA GeForce RTX 4070 Ti SUPER", "rtx-4070-ti-super", None),
+    ("NVIDIA RTX 6000 Ada Generation", "rtx-6000-ada", None),
+    ("NVIDIA RTX A6000", "rtx-a6000", None),
+    ("AMD Instinct MI300X", "mi300x", None),
+    ("AMD Radeon RX 7900 XTX", "rx-7900-xtx", None),
+    ("Intel(R) Arc(TM) B580 Graphics", "arc-b580", None),
+    # A model name is never stretched to another model: more digits, Ti, SUPER, D, S, Max, Laptop.
+    ("h20", "h20", None),
+    ("H20", "h20", None),
+    ("l40", "l40", None),
+    ("l40s", "l40s", None),
+    ("l20", "l20", None),
+    ("a10", "a10", None),
+    ("a10g", "a10g", None),
+    ("a30", "a30", None),
+    ("a40", "a40", None),
+    ("mi250", "mi250", None),
+    ("mi250x", "mi250x", None),
+    ("4090", "rtx-4090", None),
+    ("rtx 4090", "rtx-4090", None),
+    ("4090 d", "rtx-4090-d", None),
+    ("rtx 4090 laptop", "rtx-4090-laptop", None),
+    ("4080", "rtx-4080", None),
+    ("4080 super", "rtx-4080-super", None),
+    ("4070", "rtx-4070", None),
+    ("RTX 4070 Ti", "rtx-4070-ti", None),
+    ("4070 ti 12gb", "rtx-4070-ti", None),
+    ("4070 ti super", "rtx-4070-ti-super", None),
+    ("4070 super", "rtx-4070-super", None),
+    ("4060", "rtx-4060", None),
+    ("4060 ti 8gb", "rtx-4060-ti-8gb", None),
+    ("4060 ti 16gb", "rtx-4060-ti-16gb", None),
+    ("5090", "rtx-5090", None),
+    ("5070 ti", "rtx-5070-ti", None),
+    ("5070", "rtx-5070", None),
+    ("RTX 5060", "rtx-5060", None),
+    ("5060 ti 16gb", "rtx-5060-ti-16gb", None),
+    ("3090 ti", "rtx-3090-ti", None),
+    ("3080 12gb", "rtx-3080-12gb", None),
+    ("3080 ti", "rtx-3080-ti", None),
+    ("3060 ti", "rtx-3060-ti", None),
+    ("2080", "rtx-2080", None),
+    ("2080 super", "rtx-2080-super", None),
+    ("2080 ti", "rtx-2080-ti", None),
+    ("titan rtx", "titan-rtx", None),
+    ("1080 ti", "gtx-1080-ti", None),
+    ("M3", "m3", None),
+    ("m3 max", "m3-max", None),
+    ("m4 max", "m4-max", None),
+    ("rx 7900 xtx", "rx-7900-xtx", None),
+    ("7900xtx", "rx-7900-xtx", None),
+    ("rtx 6000 ada", "rtx-6000-ada", None),
+    ("rtx pro 6000", "rtx-pro-6000-blackwell", None),
+    ("h100 sxm", "h100-sxm", None),
+    ("h100 pcie", "h100-pcie", None),
+    # A name that covers variants, one of them the common default: it is picked, and the lookup says so.
+    ("a100", "a100-sxm4-80gb", "assuming A100 80GB SXM; also: A100 40GB SXM, A100 40GB PCIe, A100 80GB PCIe"),
+    ("A100 80GB", "a100-sxm4-80gb", "assuming A100 80GB SXM; also: A100 80GB PCIe"),
+    ("a100-80g", "a100-sxm4-80gb", "assuming A100 80GB SXM; also: A100 80GB PCIe"),
+    ("a100 40gb", "a100-sxm4-40gb", "assuming A100 40GB SXM; also: A100 40GB PCIe"),
+    ("h100", "h100-sxm", "assuming H100 SXM; also: H100 PCIe, H100 NVL"),
+    ("h200", "h200-sxm", "assuming H200 SXM; also: H200 NVL"),
+    ("NVIDIA H200", "h200-sxm", "assuming H200 SXM; also: H200 NVL"),
+    ("v100", "v100-sxm2-16gb", "assuming Tesla V100 SXM2 16GB; also: "),
+    ("V100 32GB", "v100-sxm2-32gb", "assuming Tesla V100 SXM2 32GB; also: Tesla V100 PCIe 32GB"),
+    ("3080", "rtx-3080-10gb", "assuming RTX 3080 10GB; also: RTX 3080 12GB"),
+    ("rtx 3060", "rtx-3060-12gb", "assuming RTX 3060 12GB; also: RTX 3060 8GB"),
+    ("gaudi 3", "gaudi3-oam", "assuming Gaudi 3 OAM; also: Gaudi 3 PCIe"),
+    # Variants with no common default: the lookup asks, naming them.
+    ("4060ti", None, "'4060ti' matches several GPUs: RTX 4060 Ti 16GB, RTX 4060 Ti 8GB"),
+    ("5060 ti", None, "'5060 ti' matches several GPUs: RTX 5060 Ti 16GB, RTX 5060 Ti 8GB"),
+    ("a100 pcie", None, "'a100 pcie' matches several GPUs: A100 40GB PCIe, A100 80GB PCIe"),
+    # Unknown names get suggestions, never a near miss.
+    ("rtx 4009", None, "unknown GPU 'rtx 4009'; did you mean RTX 4090"),
+    ("h2000", None, UNKNOWN),
+    ("rtx 6000", None, UNKNOWN),
+    ("4070 ti 16gb", None, UNKNOWN),
+]
+
+
+def _present(catalog: Catalog, expected: str | None) -> bool:
+    return expected is None or any(spec.id == expected for spec in catalog)
+
+
+@pytest.mark.parametrize(("typed", "expected", "said"), NAMES, ids=[row[0] for row in NAMES])
+def test_every_name_resolves_to_its_entry_or_says_why_not(catalog, typed: str, expected: str | None,
+                                                          said: str | None) -> None:
+    if not _present(catalog, expected):
+        pytest.skip(f"{expected} is not in the catalog")
+    if expected is None:
+        with pytest.raises(GpuflyError) as caught:
+            catalog.resolve(typed)
+        assert caught.value.message.startswith(said) if said.startswith("'") else said in caught.value.message
+        assert "\n" not in caught.value.message
+        return
+    resolution = catalog.resolve(typed)
+    assert resolution.spec.id == expected
+    if said is None:
+        assert resolution.assumed is None and resolution.alternatives == ()
+    else:
+        assert resolution.assumed is not None and resolution.assumed.startswith(said)
+        assert all(name in resolution.assumed for name in resolution.alternatives)
+    assert catalog.get(typed) is resolution.spec
+
+
+def test_the_table_covers_at_least_sixty_names() -> None:
+    assert len(NAMES) >= 60
+
+
+@pytest.mark.parametrize(("typed", "not_this"), [
+    ("h20", "h200-sxm"), ("4070 ti", "rtx-4070-ti-super"), ("5060", "rtx-5060-ti-8gb"), ("m3", "m3-max"),
+    ("4090", "rtx-4090-d"), ("4090", "rtx-4090-laptop"), ("l40", "l40s"), ("a10", "a10g"), ("rtx 6000", "rtx-6000-ada"),
 ])
-def test_loose_names_resolve(catalog, typed: str, expected: str) -> None:
-    assert catalog.get(typed).id == expected
+def test_a_partial_name_never_reaches_another_product(catalog, typed: str, not_this: str) -> None:
+    assert not_this not in [spec.id for spec in catalog.find(typed)]
 
 
-def test_a_typo_gets_the_closest_names(catalog) -> None:
+def test_the_hint_names_a_variant_to_type(catalog) -> None:
     with pytest.raises(GpuflyError) as caught:
-        catalog.get("rtx 4009")
-    assert "unknown GPU 'rtx 4009'" in caught.value.message
-    assert "RTX 4090" in caught.value.message
+        catalog.resolve("a100 pcie")
+    assert caught.value.hint is not None and "A100 40GB PCIe" in caught.value.hint
 
 
-def test_a_name_that_covers_variants_lists_them(catalog) -> None:
-    with pytest.raises(GpuflyError, match="several GPUs") as caught:
-        catalog.get("a100 pcie")
-    assert "A100 40GB PCIe" in caught.value.message and "A100 80GB PCIe" in caught.value.message
+def _spec(id: str, name: str, vram: float, **fields) -> GpuSpec:
+    base = dict(id=id, name=name, full_name=name, vendor="nvidia", segment="datacenter", architecture="Hopper",
+                vram_gib=vram, memory_type="HBM3", memory_bandwidth_gbps=3000, launch_year=2023,
+                sources=("https://example.org",))
+    return GpuSpec(**{**base, **fields})
+
+
+def test_two_declared_defaults_for_one_name_are_caught_and_then_ask() -> None:
+    catalog = Catalog([_spec("x-sxm", "X 80GB SXM", 80, default_for=("x",)),
+                       _spec("x-pcie", "X 80GB PCIe", 80, default_for=("x",))])
+    assert catalog.ambiguous_keys() == {"default_for x": ["x-sxm", "x-pcie"]}
+    with pytest.raises(GpuflyError, match="'x' matches several GPUs: X 80GB SXM, X 80GB PCIe"):
+        catalog.resolve("x")
+
+
+def test_a_name_missing_only_a_qualifier_says_what_it_assumed() -> None:
+    catalog = Catalog([_spec("y-pcie-16gb", "Y PCIe 16GB", 16)])
+    resolution = catalog.resolve("y")
+    assert resolution.spec.id == "y-pcie-16gb" and resolution.assumed == "assuming Y PCIe 16GB"
 
 
 @pytest.mark.parametrize("reported, memory_gib, expected", [
@@ -41,22 +186,44 @@ def test_a_name_that_covers_variants_lists_them(catalog) -> None:
     ("NVIDIA GeForce RTX 3090", 24, "rtx-3090"),
     ("NVIDIA GeForce RTX 3080", 10, "rtx-3080-10gb"),
     ("NVIDIA GeForce RTX 3080", 12, "rtx-3080-12gb"),
+    ("NVIDIA GeForce RTX 3060", 12, "rtx-3060-12gb"),
+    ("NVIDIA GeForce RTX 4060 Ti", 16, "rtx-4060-ti-16gb"),
     ("NVIDIA H200", 140.4, "h200-sxm"),
+    ("NVIDIA GeForce RTX 4090 Laptop GPU", 16, "rtx-4090-laptop"),
 ])
 def test_driver_names_match_their_entry(catalog, reported: str, memory_gib: float, expected: str) -> None:
+    if not _present(catalog, expected):
+        pytest.skip(f"{expected} is not in the catalog")
     spec = catalog.match_device(reported, int(memory_gib * 2**30))
     assert spec is not None and spec.id == expected
 
 
-def test_an_unlisted_laptop_part_is_not_passed_off_as_the_desktop_card(catalog) -> None:
-    assert catalog.match_device("NVIDIA GeForce RTX 4070 Laptop GPU", 8 * 2**30) is None
+@pytest.mark.parametrize("reported, memory_gib", [
+    ("NVIDIA GeForce RTX 3070 Laptop GPU", 8),
+    ("NVIDIA GeForce RTX 4090 Laptop GPU", 24),
+    ("NVIDIA GeForce RTX 2050", 4),
+    ("Tesla V100-PCIE-32GB", 16),
+])
+def test_a_device_the_catalog_lacks_is_none_never_a_near_miss(catalog, reported: str, memory_gib: float) -> None:
+    assert catalog.match_device(reported, int(memory_gib * 2**30)) is None
 
 
-def test_a_memory_variant_the_catalog_lacks_is_not_matched(catalog) -> None:
-    assert catalog.match_device("NVIDIA GeForce RTX 4060 Ti", 16 * 2**30).id == "rtx-4060-ti-16gb"
-    assert catalog.match_device("NVIDIA GeForce RTX 4060 Ti", 8 * 2**30) is None
+def test_a_laptop_name_never_becomes_the_desktop_card_nor_the_reverse() -> None:
+    desktop = _spec("rtx-z", "RTX Z", 24, segment="consumer", aliases=("NVIDIA GeForce RTX Z",))
+    laptop = _spec("rtx-z-laptop", "RTX Z Laptop", 16, segment="laptop",
+                   aliases=("NVIDIA GeForce RTX Z Laptop GPU", "rtx z"))
+    catalog = Catalog([desktop, laptop])
+    assert catalog.match_device("NVIDIA GeForce RTX Z Laptop GPU", 16 * 2**30) is laptop
+    assert catalog.match_device("NVIDIA GeForce RTX Z", 24 * 2**30) is desktop
+    assert Catalog([desktop]).match_device("NVIDIA GeForce RTX Z Laptop GPU", 24 * 2**30) is None
 
 
-def test_normalize_drops_vendor_words_and_punctuation() -> None:
+def test_without_memory_only_an_unambiguous_driver_name_matches(catalog) -> None:
+    assert catalog.match_device("NVIDIA GeForce RTX 4090").id == "rtx-4090"
+    assert catalog.match_device("NVIDIA GeForce RTX 3080") is None, "10 GB or 12 GB: the memory decides"
+
+
+def test_normalize_drops_vendor_words_punctuation_and_spells_memory_one_way() -> None:
     assert normalize("NVIDIA GeForce RTX 4090") == "rtx4090"
     assert normalize("Tesla V100-SXM2-16GB") == "v100sxm216gb"
+    assert normalize("a100-80g") == normalize("A100 80 GB") == "a10080gb"

@@ -7,7 +7,7 @@ import json
 import jsonschema
 import pytest
 
-from gpufly.catalog.load import DATA_DIR, SCHEMA_PATH, read_entries, spec_from_entry
+from gpufly.catalog.load import DATA_DIR, SCHEMA_PATH, load_specs, read_entries, spec_from_entry
 from gpufly.catalog.spec import RATE_FIELDS, TENSOR_FIELDS
 from gpufly.errors import GpuflyError
 
@@ -50,14 +50,42 @@ def test_entry_is_sane(entry: dict) -> None:
         assert rate is None or rate < 20_000, f"{name}={rate} is beyond any single GPU"
 
 
+def _resolves(catalog, name: str) -> bool:
+    try:
+        catalog.resolve(name)
+    except GpuflyError:
+        return False
+    return True
+
+
 def test_catalog_covers_the_cards_people_ask_about(catalog) -> None:
-    assert len(catalog) >= 45
-    missing = [name for name in REQUIRED_GPUS if len(catalog.find(name)) != 1]
+    assert len(catalog) >= 130, "issue 16: at least 130 GPUs"
+    missing = [name for name in REQUIRED_GPUS if not _resolves(catalog, name)]
     assert missing == []
 
 
-def test_no_lookup_key_names_two_gpus(catalog) -> None:
+def test_no_lookup_key_names_two_gpus_and_no_name_has_two_defaults(catalog) -> None:
     assert catalog.ambiguous_keys() == {}
+
+
+@pytest.mark.parametrize("spec", [s for s in load_specs() if s.segment == "datacenter" and s.nvlink],
+                         ids=lambda spec: spec.id)
+def test_data_centre_cards_with_a_gpu_link_give_its_bandwidth_or_say_why_not(spec) -> None:
+    assert spec.interconnect_gbps is not None or "interconnect_gbps is left out" in (spec.notes or "")
+
+
+DEFAULT_WITHOUT_A_WHY: dict[str, str] = {}
+
+
+def _default_card(spec) -> object:
+    reason = DEFAULT_WITHOUT_A_WHY.get(spec.id)
+    marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
+    return pytest.param(spec, id=spec.id, marks=marks)
+
+
+@pytest.mark.parametrize("spec", [_default_card(s) for s in load_specs() if s.default_for])
+def test_a_declared_default_says_so_in_its_notes(spec) -> None:
+    assert "default" in (spec.notes or "").lower(), "say in notes why this variant is the common default"
 
 
 def test_rtx_4090_tf32_is_the_whitepaper_figure_not_the_marketing_one(catalog) -> None:

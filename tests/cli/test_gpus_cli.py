@@ -30,7 +30,7 @@ def test_at_80_columns_every_name_is_whole_and_the_ranked_column_is_kept(cli, ca
     assert max(len(line) for line in lines) <= 80
     rows = {line.split("  ")[0].strip() for line in lines}
     assert {spec.name for spec in catalog} <= rows, "each GPU name starts a row, whole"
-    assert "Not shown at this width: INT8" in " ".join(lines)
+    assert "Not shown at this width: INT8" in " ".join(result.stdout.split())
     ranked = cli("gpus", "--sort", "tflops_per_usd", env={"COLUMNS": "80"})
     header = next(line for line in ranked.stdout.splitlines() if line.lstrip().startswith("GPU"))
     assert header.rstrip().endswith("TFLOPS/$1k") and len(header) <= 80
@@ -87,9 +87,62 @@ def test_show_prints_every_field_with_sources(cli) -> None:
 
 
 def test_show_json(cli) -> None:
-    data = json.loads(cli("gpus", "show", "a100-80g", "--json").stdout)
-    assert data["gpu"]["id"] == "a100-sxm4-80gb"
+    result = cli("gpus", "show", "a100 80gb sxm", "--json")
+    data = json.loads(result.stdout)
+    assert data["gpu"]["id"] == "a100-sxm4-80gb" and data["assumed"] is None
     assert data["gpu"]["launch_price_usd"] is None
+    assert data["gpu"]["interconnect_gbps"] == 600 and data["gpu"]["derivations"] == {}
+    assert result.stderr == ""
+
+
+def test_show_says_what_it_assumed_on_stderr_and_in_json(cli) -> None:
+    shown = cli("gpus", "show", "a100")
+    assert shown.code == 0
+    assert shown.stderr.startswith("note: assuming A100 80GB SXM; also: A100 40GB SXM")
+    assert "NVIDIA A100 80GB SXM4" in shown.stdout
+    data = json.loads(cli("gpus", "show", "a100", "--json").stdout)
+    assert data["assumed"].startswith("assuming A100 80GB SXM; also:") and data["gpu"]["id"] == "a100-sxm4-80gb"
+
+
+def test_a_name_that_covers_variants_without_a_default_asks(cli) -> None:
+    result = cli("gpus", "show", "4060 ti")
+    assert result.code == 2 and result.stdout == ""
+    assert result.stderr.splitlines()[0] == "error: '4060 ti' matches several GPUs: RTX 4060 Ti 16GB, RTX 4060 Ti 8GB"
+
+
+def test_a_partial_name_never_shows_another_product(cli) -> None:
+    assert json.loads(cli("gpus", "show", "h20", "--json").stdout)["gpu"]["id"] == "h20"
+    assert json.loads(cli("gpus", "show", "RTX 4070 Ti", "--json").stdout)["gpu"]["id"] == "rtx-4070-ti"
+
+
+def test_derived_rates_are_marked_in_the_table_and_explained_in_show(cli) -> None:
+    table = cli("gpus", "--sort", "fp16", "--vendor", "nvidia", env={"COLUMNS": "200"})
+    row = next(line for line in table.stdout.splitlines() if line.startswith(" RTX 4070 SUPER "))
+    assert "≈71.1" in row
+    published = next(line for line in table.stdout.splitlines() if line.startswith(" RTX 4090 "))
+    assert "≈" not in published
+    assert "≈ = not published; derived from the architecture's dense ops/clock/SM" in " ".join(table.stdout.split())
+    shown = cli("gpus", "show", "rtx 4070 super", env={"COLUMNS": "300"})
+    assert "≈71.1 TFLOPS (derived)" in shown.stdout
+    assert "512 dense FLOP/clock/SM (Ada Lovelace, GeForce;" in shown.stdout
+    assert "x 56 SMs x 2480 MHz = 71.1 TFLOPS" in shown.stdout
+
+
+def test_json_carries_the_derivations(cli) -> None:
+    data = json.loads(cli("gpus", "--has", "bf16", "--json").stdout)
+    by_id = {gpu["id"]: gpu for gpu in data["gpus"]}
+    assert "rtx-3060-12gb" in by_id, "--has bf16 counts a derived BF16 rate"
+    derivations = by_id["rtx-3060-12gb"]["derivations"]
+    assert set(derivations) >= {"fp16_tensor_tflops", "bf16_tensor_tflops"}
+    assert by_id["rtx-4090"]["derivations"] == {}
+
+
+def test_the_ladder_marks_derived_bars(cli, tmp_path) -> None:
+    path = tmp_path / "ladder.svg"
+    result = cli("gpus", "--chart", str(path), "--vendor", "nvidia", "--segment", "consumer", "--arch", "ada")
+    assert result.code == 0, result.stderr
+    text = path.read_text()
+    assert "≈71.1" in text and "Hatched bars" in text
 
 
 def test_chart_writes_a_png(cli, tmp_path) -> None:
@@ -105,7 +158,7 @@ def test_chart_writes_a_png(cli, tmp_path) -> None:
     (("gpus", "--sort", "tflops_per_dollar"), "error: unknown metric 'tflops_per_dollar'"),
     (("gpus", "--min-vram", "-8"), "error: --min-vram must be a number of GiB, zero or more"),
     (("gpus", "--min-vram", "lots"), "error: Invalid value for '--min-vram'"),
-    (("gpus", "--vendor", "intel"), "error: unknown vendor 'intel'"),
+    (("gpus", "--vendor", "intle"), "error: unknown vendor 'intle'; did you mean intel"),
     (("gpus", "--chart", "ladder.jpg"), "error: cannot draw a chart as '.jpg'"),
     (("gpus", "--frobnicate"), "error: No such option: --frobnicate"),
     (("gpus", "--chart", "/nonexistent-dir/ladder.png"), "error: cannot write /nonexistent-dir/ladder.png"),

@@ -64,4 +64,8 @@ def peak_for(spec: GpuSpec | None, key: str | None) -> tuple[float | None, str |
         peak = pcie_peak(spec)
         return peak, (f"{spec.id}: PCIe {spec.pcie_gen}.0 x{spec.pcie_lanes}" if peak else None)
     peak = rate_peak(spec, key)
-    return peak, (f"{spec.id}: {PRECISION_FIELDS[key]}" if peak else None)
+    if not peak:
+        return None, None
+    field = PRECISION_FIELDS[key]
+    return peak, f"{spec.id}: {field}" + (" (derived: SMs x clock x the architecture's rate)" if spec.is_derived(field)
+                                           else "")

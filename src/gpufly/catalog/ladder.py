@@ -41,11 +41,13 @@ def _arch_colours(specs: Sequence[GpuSpec]) -> dict[str, str]:
     return {arch: _PALETTE[i % len(_PALETTE)] for i, arch in enumerate(by_age)}
 
 
-def draw_ladder(specs: Sequence[GpuSpec], by: Metric, path: Path, source_line: str) -> int:
+def draw_ladder(specs: Sequence[GpuSpec], by: Metric, path: Path, source_line: str, derived_mark: str = "≈") -> int:
     """Draw ``specs`` (already ranked best first) as bars of ``by`` into ``path``; return bars drawn.
 
     GPUs without the figure are left out and counted in the footnote. Each bar carries the card's memory in
-    GiB, the catalog's unit (the vendors' binary "GB"). The file type follows the suffix: .png (150 dpi) or .svg.
+    GiB, the catalog's unit (the vendors' binary "GB"). A figure derived from the architecture's per-SM rate
+    rather than published is hatched, its value carries ``derived_mark``, and the footnote says so. The file
+    type follows the suffix: .png (150 dpi) or .svg.
     """
     suffix = path.suffix.lower()
     if suffix not in CHART_SUFFIXES:
@@ -68,14 +70,20 @@ def draw_ladder(specs: Sequence[GpuSpec], by: Metric, path: Path, source_line: s
     height = 1.6 + 0.32 * len(shown)
     fig, ax = plt.subplots(figsize=(11, height), layout="constrained")
     rows = range(len(shown))
+    derived = [spec.is_derived(by.key) for spec in shown]
     bars = ax.barh(rows, values, color=[colours[s.architecture] for s in shown], height=0.72)
+    for bar, is_derived in zip(bars, derived, strict=True):
+        if is_derived:
+            bar.set_hatch("////")
+            bar.set_edgecolor("white")
     ax.set_yticks(list(rows), [spec.name for spec in shown], fontsize=9)
     ax.set_ylim(len(shown) - 0.4, -0.6)
     peak = max(values)
     ax.set_xlim(0, peak * 1.16)
-    for bar, spec, value in zip(bars, shown, values, strict=True):
+    for bar, spec, value, is_derived in zip(bars, shown, values, derived, strict=True):
         y = bar.get_y() + bar.get_height() / 2
-        ax.text(value + peak * 0.006, y, _format_value(value), va="center", fontsize=8)
+        label = f"{derived_mark}{_format_value(value)}" if is_derived else _format_value(value)
+        ax.text(value + peak * 0.006, y, label, va="center", fontsize=8)
         inside = bar.get_width() > peak * 0.09
         ax.text(peak * 0.006 if inside else value + peak * 0.07, y, f"{spec.vram_gib:g} GiB",
                 va="center", fontsize=7, fontweight="bold",
@@ -88,6 +96,9 @@ def draw_ladder(specs: Sequence[GpuSpec], by: Metric, path: Path, source_line: s
     ax.legend(handles=[Patch(color=c, label=a) for a, c in colours.items()], title="Architecture",
               loc="lower right", fontsize=8, title_fontsize=9, frameon=False)
     footnote = source_line
+    if any(derived):
+        footnote += (f"  Hatched bars, {derived_mark}: not published; derived from the architecture's dense "
+                     "ops/clock/SM x SMs x boost clock.")
     if left_out:
         footnote += f"  {left_out} GPU(s) without a published figure are not shown."
     fig.text(0.01, 0.002, footnote, fontsize=7, color="#555555", ha="left", va="bottom", wrap=True)

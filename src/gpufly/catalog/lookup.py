@@ -5,46 +5,123 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 from gpufly.catalog.spec import GpuSpec
 from gpufly.errors import GpuflyError
 
-_NOISE_WORDS = ("nvidia", "geforce", "tesla", "amd", "apple", "generation")
+_NOISE_WORDS = ("nvidia", "geforce", "tesla", "amd", "radeon", "instinct", "apple", "generation")
 _NOISE = re.compile(r"\b(" + "|".join(_NOISE_WORDS) + r")\b")
+_MEMORY_WORDS = re.compile(r"(\d+)\s*g(?:i?b)?\b")
+"""A memory size however it is written ("80GB", "16 GB", "a100-80g"), folded to one word: "80gb"."""
 _VRAM_TOLERANCE = 0.2
 """Drivers report a little less memory than the datasheet (an "80 GB" H100 shows 79.6 GiB)."""
-_MEMORY_SUFFIX = re.compile(r"\d+gb")
+_MEMORY = re.compile(r"\d+gb")
+_QUALIFIER = re.compile(r"\d+gb|sxm\d?|pcie|nvl|oam|hbm\d?e?|gddr\d?x?|edition|workstation|server|founders"
+                        r"|tensor|core|gpu|graphics")
+"""Words a person may leave out of a name and still mean the same product: a memory size, a form factor or
+memory kind, an edition, the vendor's "Tensor Core GPU" or "Graphics". Everything else (more model digits, Ti,
+SUPER, Max, Pro, Ultra, XT, D, S, Laptop, Ada) names another product, so a partial name never reaches across it."""
+_CONSUMER_PREFIXES = ("rtx", "gtx", "rx")
 _CONSUMER_PREFIX = re.compile(r"^(rtx|gtx|rx)(?=\d)")
+_LAPTOP = re.compile(r"\b(laptop|mobile|max-q)\b", re.IGNORECASE)
+
+
+def _words(name: str) -> tuple[str, ...]:
+    """A name as lookup words: lower case, vendor words dropped, memory sizes folded, split at punctuation."""
+    folded = _MEMORY_WORDS.sub(r"\1gb", _NOISE.sub(" ", name.lower()))
+    return tuple(re.findall(r"[a-z0-9]+", folded))
 
 
 def normalize(name: str) -> str:
-    """Fold a GPU name to a lookup key: lower case, vendor words and punctuation dropped.
+    """Fold a GPU name to a lookup key: lower case, vendor words and punctuation dropped, "80G" read as "80gb".
 
     >>> normalize("NVIDIA GeForce RTX 4090")
     'rtx4090'
     >>> normalize("a100-80g")
-    'a10080g'
+    'a10080gb'
     """
-    folded = _NOISE.sub(" ", name.lower())
-    return re.sub(r"[^a-z0-9]+", "", folded)
+    return "".join(_words(name))
 
 
-def _keys(spec: GpuSpec) -> set[str]:
-    keys = {normalize(text) for text in (spec.id, spec.name, spec.full_name, *spec.aliases)}
-    keys |= {_CONSUMER_PREFIX.sub("", key) for key in keys if spec.segment == "consumer"}
-    keys.discard("")
+def _unprefixed(words: tuple[str, ...]) -> tuple[str, ...]:
+    """A consumer card's words without its RTX/GTX/RX prefix, as people type them ("4090")."""
+    if len(words) > 1 and words[0] in _CONSUMER_PREFIXES:
+        return words[1:]
+    return (_CONSUMER_PREFIX.sub("", words[0]), *words[1:]) if words else words
+
+
+def _spellings(spec: GpuSpec) -> set[tuple[str, ...]]:
+    spellings = {_words(text) for text in (spec.id, spec.name, spec.full_name, *spec.aliases)}
+    if spec.segment in ("consumer", "laptop"):
+        spellings |= {_unprefixed(words) for words in spellings}
+    spellings.discard(())
+    return spellings
+
+
+def _reaches(key: str, words: tuple[str, ...], omissible: re.Pattern[str] = _QUALIFIER) -> bool:
+    """Whether ``key`` spells ``words`` in order with only omissible words left out, anywhere but the first:
+    "v10016gb" reaches "v100 sxm2 16gb", "a100" reaches "a100 80gb sxm", "h20" does not reach "h200" and
+    "4070ti" does not reach "4070 ti super"."""
+    if not words:
+        return not key
+    return key.startswith(words[0]) and _rest_reached(key[len(words[0]):], words[1:], omissible)
+
+
+def _rest_reached(key: str, words: tuple[str, ...], omissible: re.Pattern[str]) -> bool:
+    if not words:
+        return not key
+    first, rest = words[0], words[1:]
+    if key.startswith(first) and _rest_reached(key[len(first):], rest, omissible):
+        return True
+    return bool(omissible.fullmatch(first)) and _rest_reached(key, rest, omissible)
+
+
+def _defaults(spec: GpuSpec) -> set[str]:
+    keys = {normalize(text) for text in spec.default_for}
+    if spec.segment in ("consumer", "laptop"):
+        keys |= {"".join(_unprefixed(_words(text))) for text in spec.default_for}
     return keys
 
 
+@dataclass(frozen=True)
+class Resolution:
+    """What a typed name resolved to: the GPU, and what was assumed to get there.
+
+    ``assumed`` is a sentence ("assuming A100 80GB SXM; also: A100 40GB SXM, ...") when the name covers several
+    variants and one is the common default, or ("assuming Tesla P100 PCIe 16GB") when it left out a qualifier of
+    the one GPU it covers; None when the name spelled that GPU's name. ``alternatives`` are the display names of
+    the other variants the name covers.
+    """
+
+    spec: GpuSpec
+    assumed: str | None = None
+    alternatives: tuple[str, ...] = ()
+
+
 class Catalog:
-    """The GPU catalog: an ordered collection of GpuSpec with loose-name lookup."""
+    """The GPU catalog: an ordered collection of GpuSpec with lookup by the names people type and drivers report.
+
+    A name resolves to the GPUs whose name it spells exactly, plus those whose name it begins where all that is
+    left out is a qualifier (memory size, form factor, edition): "a100" covers the four A100 variants, "h20"
+    never reaches "H200", "4070 ti" never "4070 Ti SUPER". One GPU resolves; several resolve to the one whose
+    data declares it the default for that name (``default_for``), saying what was assumed; otherwise the
+    lookup asks, naming the variants.
+    """
 
     def __init__(self, specs: Iterable[GpuSpec]) -> None:
         self.specs: list[GpuSpec] = list(specs)
         self._by_key: dict[str, list[GpuSpec]] = {}
+        self._spellings: list[tuple[tuple[str, ...], GpuSpec]] = []
+        self._default: dict[str, list[GpuSpec]] = {}
         for spec in self.specs:
-            for key in _keys(spec):
-                self._by_key.setdefault(key, []).append(spec)
+            for words in _spellings(spec):
+                self._spellings.append((words, spec))
+                named = self._by_key.setdefault("".join(words), [])
+                if spec not in named:
+                    named.append(spec)
+            for key in _defaults(spec):
+                self._default.setdefault(key, []).append(spec)
 
     def __iter__(self) -> Iterator[GpuSpec]:
         return iter(self.specs)
@@ -53,19 +130,36 @@ class Catalog:
         return len(self.specs)
 
     def ambiguous_keys(self) -> dict[str, list[str]]:
-        """Lookup keys that name more than one GPU (a data error the tests catch)."""
-        return {key: [s.id for s in specs] for key, specs in self._by_key.items() if len(specs) > 1}
+        """Exact lookup keys that name more than one GPU (a data error the tests catch), and names declared the
+        default for by more than one GPU."""
+        keys = {key: [s.id for s in specs] for key, specs in self._by_key.items() if len(specs) > 1}
+        keys.update({f"default_for {key}": [s.id for s in specs]
+                     for key, specs in self._default.items() if len(specs) > 1})
+        return keys
 
     def get(self, name: str) -> GpuSpec:
-        """The one GPU that ``name`` means, or a GpuflyError naming the closest matches."""
+        """The one GPU that ``name`` means, or a GpuflyError naming the variants or the closest matches."""
+        return self.resolve(name).spec
+
+    def resolve(self, name: str) -> Resolution:
+        """The GPU that ``name`` means and what was assumed to get there, or a GpuflyError: one line naming the
+        variants when the name covers several and none is their default, or the closest names when none."""
+        key = normalize(name)
         found = self.find(name)
         if len(found) == 1:
-            return found[0]
+            spec = found[0]
+            exact = spec in self._by_key.get(key, [])
+            return Resolution(spec, None if exact else f"assuming {spec.name}")
         if found:
+            defaults = [spec for spec in self._default.get(key, []) if spec in found]
+            if len(defaults) == 1:
+                chosen = defaults[0]
+                others = tuple(spec.name for spec in found if spec is not chosen)
+                return Resolution(chosen, f"assuming {chosen.name}; also: {', '.join(others)}", others)
             names = ", ".join(spec.name for spec in found)
             raise GpuflyError(
                 f"'{name}' matches several GPUs: {names}",
-                hint="add the memory size or variant, e.g. 'a100 80gb sxm'",
+                hint=f"add the memory size or variant, e.g. '{found[0].name}'",
             )
         suggestions = self.suggest(name)
         did_you_mean = f"; did you mean {', '.join(suggestions)}?" if suggestions else ""
@@ -74,17 +168,13 @@ class Catalog:
         )
 
     def find(self, name: str) -> list[GpuSpec]:
-        """Every GPU that ``name`` could mean: an exact key first, else the keys it starts."""
+        """Every GPU that ``name`` could mean: those it names exactly and those it names with only qualifiers
+        (memory size, form factor, edition) left out; in catalog order."""
         key = normalize(name)
         if not key:
             return []
-        if key in self._by_key:
-            return list(self._by_key[key])
-        matches: dict[str, GpuSpec] = {}
-        for candidate, specs in self._by_key.items():
-            if candidate.startswith(key):
-                matches.update((spec.id, spec) for spec in specs)
-        return [spec for spec in self.specs if spec.id in matches]
+        matches = {id(spec) for words, spec in self._spellings if _reaches(key, words)}
+        return [spec for spec in self.specs if id(spec) in matches]
 
     def suggest(self, name: str, limit: int = 3) -> list[str]:
         """Display names of the GPUs whose keys are closest to ``name`` (for typos)."""
@@ -99,19 +189,20 @@ class Catalog:
     def match_device(self, reported_name: str, memory_total_bytes: int | None = None) -> GpuSpec | None:
         """The catalog entry for a GPU a driver reports, or None when the catalog lacks it.
 
-        Only the reported name and its memory-size variants count ("RTX 3080" may be the 10 GB
-        or the "RTX 3080 12GB" entry; "RTX 4070 Laptop GPU" never becomes the desktop card). The
-        memory size picks the variant and rules out one the catalog lacks (an 8 GB card under
-        the 16 GB card's name).
+        Only the reported name and its memory-size variants count ("RTX 3080" may be the 10 GB or the
+        "RTX 3080 12GB" entry), and a laptop name only ever matches a laptop entry ("RTX 4070 Laptop GPU" never
+        becomes the desktop card). The memory size picks the variant and rules out one the catalog lacks (an
+        8 GB card under the 16 GB card's name). Never another product: None rather than a guess.
         """
         key = normalize(reported_name)
-        specs = self._by_key.get(key, [])
+        laptop = bool(_LAPTOP.search(reported_name))
+        exact = [spec for spec in self._by_key.get(key, []) if (spec.segment == "laptop") == laptop]
         if memory_total_bytes is None:
-            return specs[0] if len(specs) == 1 else None
-        variants = {spec.id: spec for spec in specs}
-        for candidate, sized in self._by_key.items():
-            if _MEMORY_SUFFIX.fullmatch(candidate.removeprefix(key)) and candidate.startswith(key):
-                variants.update((spec.id, spec) for spec in sized)
+            return exact[0] if len(exact) == 1 else None
+        variants = {id(spec): spec for spec in exact}
+        for words, spec in self._spellings:
+            if _reaches(key, words, _MEMORY) and (spec.segment == "laptop") == laptop:
+                variants[id(spec)] = spec
         gib = memory_total_bytes / 2**30
         fitting = [s for s in variants.values() if abs(s.vram_gib - gib) <= _VRAM_TOLERANCE * s.vram_gib]
         return min(fitting, key=lambda spec: abs(spec.vram_gib - gib), default=None)

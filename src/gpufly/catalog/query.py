@@ -49,6 +49,10 @@ FIELD_LABELS: dict[str, tuple[str, str]] = {
     "vram_gib": ("Memory", "GiB"),
     "memory_bandwidth_gbps": ("Memory bandwidth", "GB/s"),
     "memory_bus_bits": ("Memory bus width", "bit"),
+    "sm_count": ("SMs (CUs, Xe-cores, GPU cores)", ""),
+    "boost_clock_mhz": ("Boost clock", "MHz"),
+    "interconnect_gbps": ("GPU-to-GPU bandwidth per GPU", "GB/s"),
+    "dies": ("Devices per card", ""),
     "fp32_tflops": ("FP32 (non-tensor)", "TFLOPS"),
     "fp16_tflops": ("FP16 (non-tensor)", "TFLOPS"),
     "tf32_tensor_tflops": ("TF32 tensor, dense", "TFLOPS"),
@@ -109,7 +113,8 @@ METRIC_ALIASES: dict[str, str] = {
 }
 
 PRECISIONS: dict[str, str] = {name: field for name, field in PRECISION_FIELDS.items() if field in TENSOR_FIELDS}
-"""`--has` names: a GPU has a precision when its vendor gives a tensor rate for it."""
+"""`--has` names: a GPU has a precision when it has a tensor rate for it, published or derived from its
+architecture's per-SM rate."""
 
 
 def metric(name: str) -> Metric:

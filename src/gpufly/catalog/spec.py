@@ -34,6 +34,11 @@ PRECISION_FIELDS: dict[str, str] = {
 tensor cores): the one map `gpus --has`, `--sort fp16` and the bench's percent of peak all read."""
 
 
+NO_TENSOR_CORE_CHIPS: tuple[str, ...] = ("TU116", "TU117")
+"""Turing chips of the GTX 16 series: compute capability 7.5 like the RTX cards, but dedicated FP16 units instead
+of tensor cores (NVIDIA's GTX 1660 Ti announcement)."""
+
+
 def parse_compute_capability(cc: str) -> tuple[int, int]:
     """A CUDA compute capability as (major, minor), the one reader of the "MAJOR.MINOR" form gpufly uses
     everywhere (catalog, NVML, doctor facts), so "12.0" sorts above "9.0".
@@ -52,7 +57,10 @@ class GpuSpec:
     """A GPU as its vendor's datasheet or whitepaper describes it.
 
     Units are in the field names: GiB, GB/s (10^9 B/s), TFLOPS (10^12), W, USD. A field the
-    vendor does not publish is None, never a guess. Rates are dense (no 2:4 sparsity).
+    vendor does not publish is None, never a guess. Rates are dense (no 2:4 sparsity). A tensor rate the vendor
+    does not publish may be derived at load from the architecture's per-SM rate (``catalog/derive.py``); each
+    such field is named in ``derivations`` with its formula and inputs, so it is always shown as derived.
+    ``dies`` counts the devices software sees per card (an MI250X is two); the other figures are per card.
     """
 
     id: str
@@ -70,6 +78,8 @@ class GpuSpec:
     chip: str | None = None
     compute_capability: str | None = None
     memory_bus_bits: int | None = None
+    sm_count: int | None = None
+    boost_clock_mhz: float | None = None
     fp32_tflops: float | None = None
     fp16_tflops: float | None = None
     tf32_tensor_tflops: float | None = None
@@ -83,8 +93,12 @@ class GpuSpec:
     pcie_gen: int | None = None
     pcie_lanes: int | None = None
     nvlink: str | None = None
+    interconnect_gbps: float | None = None
+    dies: int = 1
     launch_price_usd: float | None = None
     notes: str | None = None
+    default_for: tuple[str, ...] = ()
+    derivations: dict[str, str] = field(default_factory=dict, compare=False)
     derived: dict[str, float | None] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -93,9 +107,11 @@ class GpuSpec:
     @property
     def has_tensor_cores(self) -> bool:
         """True where the vendor gives a tensor (matrix-core) rate, or the GPU is NVIDIA Volta or
-        newer (compute capability 7.0+), which all have tensor cores."""
+        newer (compute capability 7.0+), which all have tensor cores but the GTX 16 series (TU116/TU117)."""
         if any(getattr(self, name) is not None for name in TENSOR_FIELDS):
             return True
+        if self.chip is not None and self.chip.startswith(NO_TENSOR_CORE_CHIPS):
+            return False
         cc = self.compute_capability_tuple
         return cc is not None and cc >= (7, 0)
 
@@ -114,31 +130,51 @@ class GpuSpec:
             parts.append(self.nvlink)
         return ", ".join(parts) or None
 
+    def is_derived(self, key: str) -> bool:
+        """Whether the figure ``key`` (a field, or a ratio in ``derived``) rests on a derived tensor rate rather
+        than a published one, so a view can mark it."""
+        if key in PEAK_RATIOS:
+            source = peak_field(self)
+            return source is not None and source in self.derivations
+        return key in self.derivations
+
     def to_dict(self) -> dict[str, Any]:
         """Every field, None included, plus the derived ratios: the `--json` shape of a GPU."""
         data = asdict(self)
         data["sources"] = list(self.sources)
         data["aliases"] = list(self.aliases)
+        data["default_for"] = list(self.default_for)
+        data["derivations"] = dict(self.derivations)
         data["derived"] = dict(self.derived)
         return data
 
 
-def peak_matmul_tflops(spec: GpuSpec) -> float | None:
-    """The best dense rate for 16-bit matrix math that the vendor publishes, for ranking GPUs.
+PEAK_RATIOS = frozenset({"peak_tflops", "tflops_per_usd", "tflops_per_watt"})
+"""The ratios in ``GpuSpec.derived`` computed from the peak matmul rate."""
 
-    The larger of the FP16 and BF16 tensor rates: the figure that bounds mixed-precision training
-    and 16-bit inference. A GPU without tensor cores (NVIDIA before Volta) falls back to its FP16
-    or FP32 rate, which is what it really runs matmuls at. A GPU with tensor cores whose vendor
-    published no 16-bit tensor rate gets None, so that an FP32 figure is never ranked against
-    tensor figures.
-    """
-    tensor = [rate for rate in (spec.fp16_tensor_tflops, spec.bf16_tensor_tflops) if rate is not None]
+
+def peak_field(spec: GpuSpec) -> str | None:
+    """The field the peak matmul rate comes from (see ``peak_matmul_tflops``), or None where there is none."""
+    tensor = [name for name in ("fp16_tensor_tflops", "bf16_tensor_tflops") if getattr(spec, name) is not None]
     if tensor:
-        return max(tensor)
+        return max(tensor, key=lambda name: getattr(spec, name))
     if spec.has_tensor_cores:
         return None
-    plain = [rate for rate in (spec.fp16_tflops, spec.fp32_tflops) if rate is not None]
-    return max(plain) if plain else None
+    plain = [name for name in ("fp16_tflops", "fp32_tflops") if getattr(spec, name) is not None]
+    return max(plain, key=lambda name: getattr(spec, name)) if plain else None
+
+
+def peak_matmul_tflops(spec: GpuSpec) -> float | None:
+    """The best dense rate for 16-bit matrix math, for ranking GPUs.
+
+    The larger of the FP16 and BF16 tensor rates (published, or derived from the architecture's per-SM rate):
+    the figure that bounds mixed-precision training and 16-bit inference. A GPU without tensor cores (NVIDIA
+    before Volta) falls back to its FP16 or FP32 rate, which is what it really runs matmuls at. A GPU with
+    tensor cores and no 16-bit tensor rate gets None, so that an FP32 figure is never ranked against tensor
+    figures.
+    """
+    source = peak_field(spec)
+    return None if source is None else getattr(spec, source)
 
 
 def _ratio(numerator: float | None, denominator: float | None) -> float | None:

@@ -12,7 +12,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from gpufly import __version__
-from gpufly.cli.render import MISSING, console, number, print_json
+from gpufly.cli.render import MISSING, console, error_console, number, print_json
 
 if TYPE_CHECKING:
     from gpufly.catalog import GpuSpec
@@ -28,18 +28,27 @@ _SHORT = {"vram_gib": "GiB", "memory_bandwidth_gbps": "GB/s", "fp32_tflops": "FP
           "tf32_tensor_tflops": "TF32", "fp16_tensor_tflops": "FP16", "bf16_tensor_tflops": "BF16",
           "fp8_tensor_tflops": "FP8", "int8_tensor_tops": "INT8", "tdp_w": "W", "launch_price_usd": "USD",
           "fp16_tflops": "FP16 vec", "fp4_tensor_tflops": "FP4", "memory_bus_bits": "Bus bits",
-          "launch_year": "Year", "pcie_gen": "PCIe gen", "pcie_lanes": "Lanes", "compute_capability": "CC"}
+          "launch_year": "Year", "pcie_gen": "PCIe gen", "pcie_lanes": "Lanes", "compute_capability": "CC",
+          "sm_count": "SMs", "boost_clock_mhz": "MHz", "interconnect_gbps": "Link GB/s", "dies": "Dies"}
+
+
+DERIVED_MARK = "≈"
+"""Marks a figure derived from the architecture's per-SM rate rather than published (tables, `show`, the ladder)."""
+_DERIVED_CAPTION = (f"{DERIVED_MARK} = not published; derived from the architecture's dense ops/clock/SM x SMs x "
+                    "boost clock (`gpufly gpus show NAME` gives the formula).")
 
 
 def _value(m: Metric, spec: GpuSpec) -> str:
     value = m(spec)
     if value is not None and m.key.endswith("_per_usd"):
-        return f"{value * 1000:.3g}"
-    if value is not None and m.key == "launch_year":
+        text = f"{value * 1000:.3g}"
+    elif value is not None and m.key == "launch_year":
         return str(int(value))
-    if value is not None and m.key == "compute_capability":
+    elif value is not None and m.key == "compute_capability":
         return f"{value:.1f}"
-    return number(value)
+    else:
+        text = number(value)
+    return f"{DERIVED_MARK}{text}" if value is not None and spec.is_derived(m.key) else text
 
 
 def _header(m: Metric) -> str:
@@ -57,8 +66,10 @@ the sort column always stay."""
 def _build_table(specs: list[GpuSpec], columns: list[Metric], sort: Metric | None, arch: bool,
                  hidden: list[str]) -> Table:
     title = f"{len(specs)} GPUs" + (f", ranked by {sort.label.lower()}" if sort else "")
-    caption = ("Tensor rates dense, TFLOPS (INT8 in TOPS); — = not published. "
+    caption = ("Tensor rates dense, TFLOPS (INT8 in TOPS); — = not published nor derivable. "
                "GeForce FP16/BF16/FP8 with FP32 accumulate.")
+    if any(spec.is_derived(m.key) for spec in specs for m in columns if m(spec) is not None):
+        caption += " " + _DERIVED_CAPTION
     if hidden:
         caption += f" Not shown at this width: {', '.join(hidden)} (widen the terminal, or --json for every field)."
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, caption=caption, caption_justify="left")
@@ -110,9 +121,11 @@ _HAS_HELP = "Has tensor support for tf32, fp16, bf16, fp8, fp4 or int8; repeatab
 @app.callback(invoke_without_command=True)
 def gpus(
     ctx: typer.Context,
-    vendor: Annotated[str | None, typer.Option(help="nvidia, amd or apple.")] = None,
+    vendor: Annotated[str | None, typer.Option(help="nvidia, amd, intel or apple.")] = None,
     arch: Annotated[str | None, typer.Option(help="Architecture or part of it: ampere, ada...")] = None,
-    segment: Annotated[str | None, typer.Option(help="consumer, workstation, datacenter or soc.")] = None,
+    segment: Annotated[
+        str | None, typer.Option(help="consumer, laptop, workstation, datacenter, embedded or soc.")
+    ] = None,
     min_vram: Annotated[
         float | None, typer.Option("--min-vram", metavar="GIB", help="At least this much memory.")
     ] = None,
@@ -139,7 +152,7 @@ def gpus(
 
         source = (f"Source: vendor datasheets and architecture whitepapers, per GPU in the gpufly catalog "
                   f"(gpufly {__version__}; `gpufly gpus show NAME` lists them). Dense rates, no sparsity.")
-        drawn = draw_ladder(specs, chosen or METRICS["peak_tflops"], chart, source)
+        drawn = draw_ladder(specs, chosen or METRICS["peak_tflops"], chart, source, derived_mark=DERIVED_MARK)
         if not json_out:
             console().print(f"wrote {chart} ({drawn} GPUs)")
     if json_out:
@@ -155,12 +168,14 @@ _SHOW_FIELDS = (
     ("Chip", "chip", ""), ("Compute capability", "compute_capability", ""),
     ("Memory", "vram_gib", "GiB"), ("Memory type", "memory_type", ""),
     ("Memory bus", "memory_bus_bits", "bit"),
-    ("Memory bandwidth", "memory_bandwidth_gbps", "GB/s"), ("FP32", "fp32_tflops", "TFLOPS"),
+    ("Memory bandwidth", "memory_bandwidth_gbps", "GB/s"), ("SMs (CUs, Xe-cores, GPU cores)", "sm_count", ""),
+    ("Boost clock", "boost_clock_mhz", "MHz"), ("FP32", "fp32_tflops", "TFLOPS"),
     ("FP16 (non-tensor)", "fp16_tflops", "TFLOPS"), ("TF32 tensor", "tf32_tensor_tflops", "TFLOPS"),
     ("FP16 tensor", "fp16_tensor_tflops", "TFLOPS"), ("BF16 tensor", "bf16_tensor_tflops", "TFLOPS"),
     ("FP8 tensor", "fp8_tensor_tflops", "TFLOPS"), ("FP4 tensor", "fp4_tensor_tflops", "TFLOPS"),
     ("INT8 tensor", "int8_tensor_tops", "TOPS"), ("Board power", "tdp_w", "W"),
-    ("Form factor", "form_factor", ""), ("Interface", "interface", ""), ("Launch year", "launch_year", ""),
+    ("Form factor", "form_factor", ""), ("Devices per card", "dies", ""), ("Interface", "interface", ""),
+    ("GPU-to-GPU bandwidth", "interconnect_gbps", "GB/s per GPU"), ("Launch year", "launch_year", ""),
     ("Launch price", "launch_price_usd", "USD"),
 )
 
@@ -183,20 +198,27 @@ def show(
     from gpufly.catalog import default_catalog
     from gpufly.catalog.query import METRICS
 
-    spec = default_catalog().get(name)
+    resolution = default_catalog().resolve(name)
+    spec = resolution.spec
+    if resolution.assumed:
+        error_console().print(f"note: {resolution.assumed}", markup=False)
     if json_out:
-        print_json({"schema_version": SCHEMA_VERSION, "gpu": spec.to_dict()})
+        print_json({"schema_version": SCHEMA_VERSION, "assumed": resolution.assumed, "gpu": spec.to_dict()})
         return
     table = Table(title=f"{spec.full_name}  ({spec.id})", show_header=False,
                   title_justify="left")
     table.add_column("field", style="bold")
     table.add_column("value")
     for label, attr, unit in _SHOW_FIELDS:
-        table.add_row(label, _cell(getattr(spec, attr), unit))
+        cell = _cell(getattr(spec, attr), unit)
+        table.add_row(label, f"{DERIVED_MARK}{cell} (derived)" if spec.is_derived(attr) else cell)
     for key in ("peak_tflops", "tflops_per_watt", "tflops_per_usd", "gbps_per_usd", "vram_gib_per_usd"):
         m = METRICS[key]
-        table.add_row(m.label, _cell(spec.derived[key], m.unit) if spec.derived[key] is None
-                      else f"{spec.derived[key]:.4g} {m.unit}")
+        value = spec.derived[key]
+        mark = DERIVED_MARK if value is not None and spec.is_derived(key) else ""
+        table.add_row(m.label, _cell(value, m.unit) if value is None else f"{mark}{value:.4g} {m.unit}")
+    for attr, formula in spec.derivations.items():
+        table.add_row(f"Derived {_SHORT.get(attr, attr)}", formula)
     if spec.aliases:
         table.add_row("Also known as", ", ".join(spec.aliases))
     if spec.notes:

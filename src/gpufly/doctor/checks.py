@@ -313,7 +313,8 @@ def smoke_findings(results: list[SmokeResult], error: str | None, facts: Facts) 
         spec = catalog.match_device(r.name)
         field = {"float32": "fp32_tflops", "float16": "fp16_tensor_tflops", "bfloat16": "bf16_tensor_tflops"}[r.dtype]
         peak = getattr(spec, field) if spec else None
-        share = f" = {r.tflops / peak:.0%} of the {peak:g} TFLOPS datasheet peak" if peak and r.tflops else ""
+        kind = "derived" if spec is not None and spec.is_derived(field) else "datasheet"
+        share = f" = {r.tflops / peak:.0%} of the {peak:g} TFLOPS {kind} peak" if peak and r.tflops else ""
         findings.append(Finding("smoke", "ok", f"GPU {r.index} ({r.name}) {r.dtype} matmul correct "
                                 f"(error {r.relative_error:.1e}), {r.tflops:.1f} TFLOPS{share}"))
     return findings
