@@ -1,0 +1,86 @@
+"""The added GeForce desktop cards and laptop GPUs resolve by the names people type and drivers report,
+and every one with tensor cores ends up with a dense 16-bit tensor rate, published or derived."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from gpufly.catalog.load import DATA_DIR
+
+DATA_FILE = DATA_DIR / "nvidia_more_geforce_laptop.toml"
+ENTRIES = tomllib.loads(DATA_FILE.read_text())["gpu"]
+IDS = [entry["id"] for entry in ENTRIES]
+NO_TENSOR_CORES = {"gtx-1660-ti", "gtx-1660-super"}
+NO_VENDOR_BOOST_CLOCK = {"rtx-5090-laptop"}
+AWAITING_A_RATE_ROW: dict[str, str] = {}
+
+
+@pytest.mark.parametrize(("typed", "expected"), [
+    ("RTX 4090 D", "rtx-4090-d"), ("4090d", "rtx-4090-d"),
+    ("RTX 4070 Ti", "rtx-4070-ti"), ("rtx 4070 ti 12gb", "rtx-4070-ti"),
+    ("RTX 5060", "rtx-5060"), ("rtx 4060 ti 8gb", "rtx-4060-ti-8gb"), ("5060 ti 8gb", "rtx-5060-ti-8gb"),
+    ("rtx 3060 8gb", "rtx-3060-8gb"), ("3050", "rtx-3050-8gb"), ("2080 super", "rtx-2080-super"),
+    ("TITAN RTX", "titan-rtx"), ("gtx 1660 ti", "gtx-1660-ti"),
+    ("rtx 4090 laptop", "rtx-4090-laptop"), ("4060 mobile", "rtx-4060-laptop"),
+])
+def test_typed_names_reach_the_added_entries(catalog, typed: str, expected: str) -> None:
+    assert catalog.get(typed).id == expected
+
+
+@pytest.mark.parametrize(("reported", "memory_gib", "expected"), [
+    ("NVIDIA GeForce RTX 4090 Laptop GPU", 15.6, "rtx-4090-laptop"),
+    ("NVIDIA GeForce RTX 4070 Laptop GPU", 7.6, "rtx-4070-laptop"),
+    ("NVIDIA GeForce RTX 3080 Ti Laptop GPU", 15.7, "rtx-3080-ti-laptop"),
+    ("NVIDIA GeForce RTX 4090 D", 23.5, "rtx-4090-d"),
+    ("NVIDIA GeForce RTX 4060 Ti", 7.6, "rtx-4060-ti-8gb"),
+    ("NVIDIA GeForce RTX 4060 Ti", 15.6, "rtx-4060-ti-16gb"),
+    ("NVIDIA GeForce RTX 3060", 7.6, "rtx-3060-8gb"),
+    ("NVIDIA GeForce RTX 3060", 11.7, "rtx-3060-12gb"),
+])
+def test_driver_names_pick_the_laptop_part_or_the_memory_variant(catalog, reported: str, memory_gib: float,
+                                                                 expected: str) -> None:
+    spec = catalog.match_device(reported, int(memory_gib * 2**30))
+    assert spec is not None and spec.id == expected
+
+
+def test_a_laptop_gpu_is_its_own_smaller_part(catalog) -> None:
+    laptop, desktop = catalog.get("rtx 4090 laptop"), catalog.get("rtx 4090")
+    assert laptop.segment == "laptop" and desktop.segment == "consumer"
+    assert laptop.vram_gib < desktop.vram_gib
+    assert laptop.memory_bandwidth_gbps < desktop.memory_bandwidth_gbps
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e["segment"] == "laptop"], ids=lambda e: e["id"])
+def test_laptop_entries_say_their_clock_is_the_top_of_a_range(entry: dict) -> None:
+    assert any(alias.endswith("Laptop GPU") for alias in entry["aliases"]), "the NVML name is an alias"
+    if entry["id"] not in NO_VENDOR_BOOST_CLOCK:
+        assert "boost range" in entry["notes"] and "top of" in entry["notes"]
+
+
+def _tensor_card(gpu_id: str) -> object:
+    reason = AWAITING_A_RATE_ROW.get(gpu_id)
+    return pytest.param(gpu_id, marks=pytest.mark.xfail(reason=reason)) if reason else gpu_id
+
+
+@pytest.mark.parametrize("gpu_id", [_tensor_card(i) for i in IDS if i not in NO_TENSOR_CORES | NO_VENDOR_BOOST_CLOCK])
+def test_every_added_card_with_tensor_cores_has_a_dense_16_bit_rate(catalog, gpu_id: str) -> None:
+    spec = catalog.get(gpu_id)
+    assert spec.fp16_tensor_tflops is not None
+    assert spec.fp16_tensor_tflops >= (spec.fp32_tflops or 0)
+
+
+def test_cards_without_tensor_cores_give_nothing_to_derive_from(catalog) -> None:
+    for gpu_id in NO_TENSOR_CORES:
+        spec = catalog.get(gpu_id)
+        assert spec.sm_count is None and spec.fp16_tensor_tflops is None
+        assert spec.fp16_tflops == pytest.approx(2 * spec.fp32_tflops, rel=0.01)
+
+
+def test_rtx_2080_whitepaper_rate_matches_the_turing_derivation(catalog) -> None:
+    rtx2080 = catalog.get("rtx 2080")
+    assert "fp16_tensor_tflops" not in rtx2080.derivations
+    per_sm_per_clock = 512
+    derived = per_sm_per_clock * rtx2080.sm_count * rtx2080.boost_clock_mhz * 1e6 / 1e12
+    assert rtx2080.fp16_tensor_tflops == pytest.approx(derived, rel=0.03)

@@ -1,0 +1,112 @@
+"""The added NVIDIA data-centre, China-market, cloud, workstation and embedded GPUs resolve by the names people
+type and drivers report, carry dense (not sparse) tensor rates, and say where a figure is not NVIDIA's own."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from gpufly.catalog.load import DATA_DIR
+
+DATA_FILE = DATA_DIR / "nvidia_more_datacenter.toml"
+ENTRIES = tomllib.loads(DATA_FILE.read_text())["gpu"]
+NO_TENSOR_CORES = {"p40", "p4"}
+UNPUBLISHED_TENSOR_RATES = {
+    "a10g": "neither NVIDIA nor AWS publishes its rates, SM count or clock",
+    "jetson-orin-nx-16gb": "architectures.toml has no row for Orin's GA10B tensor cores",
+    "jetson-orin-nx-8gb": "architectures.toml has no row for Orin's GA10B tensor cores",
+    "rtx-pro-5000-blackwell": "NVIDIA publishes only sparse FP4 AI TOPS and no clock",
+    "rtx-pro-4500-blackwell": "NVIDIA publishes only sparse FP4 AI TOPS; no workstation Blackwell row yet",
+}
+VENDOR_DOMAINS = ("nvidia.com", "nvidia.cn", "nvidianews", "nvdam.widen.net")
+
+
+@pytest.mark.parametrize(("typed", "expected"), [
+    ("H20", "h20"), ("hgx h20", "h20"), ("h200 sxm", "h200-sxm"), ("h200 nvl", "h200-nvl"),
+    ("H800", "h800-sxm"), ("h800 pcie", "h800-pcie"),
+    ("a800 sxm", "a800-sxm4-80gb"), ("a800 80gb pcie", "a800-pcie-80gb"), ("a800 40gb", "a800-pcie-40gb"),
+    ("L20", "l20"), ("L2", "l2"), ("l40", "l40"), ("A10G", "a10g"), ("a10", "a10"),
+    ("A2", "a2"), ("A16", "a16"), ("gh200", "gh200-96gb"), ("gh200 144gb", "gh200-144gb"),
+    ("GB200", "gb200"), ("B300", "b300"), ("b200", "b200"),
+    ("v100 pcie", "v100-pcie-16gb"), ("v100 pcie 32gb", "v100-pcie-32gb"),
+    ("p40", "p40"), ("tesla p4", "p4"),
+    ("rtx 4000 ada", "rtx-4000-ada"), ("rtx 4500 ada", "rtx-4500-ada"), ("rtx 5000 ada", "rtx-5000-ada"),
+    ("rtx 2000 ada", "rtx-2000-ada"), ("a4000", "rtx-a4000"), ("rtx a4500", "rtx-a4500"), ("a5000", "rtx-a5000"),
+    ("rtx pro 5000", "rtx-pro-5000-blackwell"), ("rtx pro 5000 72gb", "rtx-pro-5000-blackwell-72gb"),
+    ("rtx pro 4500", "rtx-pro-4500-blackwell"), ("rtx pro 6000", "rtx-pro-6000-blackwell"),
+    ("agx orin", "jetson-agx-orin-64gb"), ("jetson agx orin 32gb", "jetson-agx-orin-32gb"),
+    ("orin nx", "jetson-orin-nx-16gb"), ("orin nano", "jetson-orin-nano-8gb"),
+    ("DGX Spark", "dgx-spark"), ("GB10", "dgx-spark"),
+])
+def test_typed_names_reach_the_added_entries(catalog, typed: str, expected: str) -> None:
+    assert catalog.get(typed).id == expected
+
+
+@pytest.mark.parametrize(("reported", "memory_gib", "expected"), [
+    ("NVIDIA H20", 95.0, "h20"),
+    ("NVIDIA H800", 79.6, "h800-sxm"),
+    ("NVIDIA A800-SXM4-80GB", 79.2, "a800-sxm4-80gb"),
+    ("NVIDIA A800 80GB PCIe", 79.2, "a800-pcie-80gb"),
+    ("NVIDIA A10G", 22.5, "a10g"),
+    ("NVIDIA H200 NVL", 139.8, "h200-nvl"),
+    ("Tesla V100-PCIE-16GB", 15.8, "v100-pcie-16gb"),
+    ("Tesla V100-PCIE-32GB", 31.7, "v100-pcie-32gb"),
+    ("Tesla P40", 22.4, "p40"),
+    ("NVIDIA RTX 4000 Ada Generation", 19.5, "rtx-4000-ada"),
+    ("NVIDIA RTX A5000", 23.6, "rtx-a5000"),
+    ("NVIDIA GB10", 119.7, "dgx-spark"),
+])
+def test_driver_names_reach_the_added_entries(catalog, reported: str, memory_gib: float, expected: str) -> None:
+    spec = catalog.match_device(reported, int(memory_gib * 2**30))
+    assert spec is not None and spec.id == expected
+
+
+def test_the_h20_is_not_the_h200(catalog) -> None:
+    h20, h200 = catalog.get("h20"), catalog.get("h200 sxm")
+    assert (h20.vram_gib, h20.fp16_tensor_tflops) == (96, 148)
+    assert (h200.vram_gib, h200.fp16_tensor_tflops) == (141, 989.5)
+
+
+def test_sparse_datasheet_figures_are_stored_halved(catalog) -> None:
+    assert catalog.get("h200 nvl").fp16_tensor_tflops == 1671 / 2
+    assert catalog.get("rtx 5000 ada").fp8_tensor_tflops == pytest.approx(1044.4 / 2, abs=0.1)
+    assert catalog.get("a4000").fp16_tensor_tflops == pytest.approx(153.4 / 2, abs=0.1)
+    assert catalog.get("gb200").fp4_tensor_tflops == 40_000 / 2 / 2
+    assert catalog.get("jetson agx orin 32gb").int8_tensor_tops == 108 / 2
+
+
+def test_export_parts_keep_their_compute_but_lose_interconnect(catalog) -> None:
+    h800, h100 = catalog.get("h800"), catalog.get("h100 sxm")
+    assert h800.fp16_tensor_tflops == pytest.approx(h100.fp16_tensor_tflops, rel=0.001)
+    assert h800.interconnect_gbps == 400
+    assert catalog.get("a800 sxm").interconnect_gbps == 400
+
+
+def test_a_board_of_four_gpus_is_four_devices(catalog) -> None:
+    a16 = catalog.get("a16")
+    assert a16.dies == 4 and a16.vram_gib / a16.dies == 16
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e["id"])
+def test_every_card_with_tensor_cores_has_a_dense_rate(catalog, entry: dict) -> None:
+    if entry["id"] in NO_TENSOR_CORES:
+        pytest.skip("no tensor cores")
+    if entry["id"] in UNPUBLISHED_TENSOR_RATES:
+        pytest.xfail(UNPUBLISHED_TENSOR_RATES[entry["id"]])
+    spec = catalog.get(entry["id"])
+    assert any(rate is not None for rate in (spec.fp16_tensor_tflops, spec.bf16_tensor_tflops,
+                                             spec.int8_tensor_tops, spec.fp4_tensor_tflops))
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e["id"])
+def test_nvlink_cards_give_their_bandwidth_as_a_number(entry: dict) -> None:
+    if "nvlink" in entry:
+        assert entry.get("interconnect_gbps", 0) > 0
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e["id"])
+def test_an_entry_without_an_nvidia_source_says_its_figures_are_secondary(entry: dict) -> None:
+    if not any(domain in url for url in entry["sources"] for domain in VENDOR_DOMAINS):
+        assert "secondary" in entry["notes"] or "no public datasheet" in entry["notes"] \
+            or "Neither NVIDIA" in entry["notes"]
