@@ -6,6 +6,8 @@ Reads the public measurements in ../shared/calibration/ (or --rows DIR) plus ben
 predicts each row with gpufly's advisor (catalog peaks, engines' calibrated constants), and prints
 the absolute percentage error per metric: decode tok/s, prefill tok/s, training throughput, VRAM.
 "decode tok/s, naive" is the common shortcut (bandwidth / weight bytes), printed for comparison.
+"fit verdict" checks `gpufly fit`'s verdict on every measured run (each one ran, so it must fit) and on
+the published out-of-memory cells (each must be "does not fit" or a fit within the estimate's error).
 Rows whose GPU or model gpufly does not know are counted as skipped, never guessed.
 """
 
@@ -23,6 +25,7 @@ from pathlib import Path
 from gpufly.catalog import default_catalog
 from gpufly.catalog.spec import GpuSpec
 from gpufly.errors import GpuflyError
+from gpufly.estimate.advise import fit
 from gpufly.estimate.engines import GIB
 from gpufly.estimate.formats import weight_format
 from gpufly.estimate.job import Job
@@ -55,6 +58,15 @@ MODEL_NAMES = {
 QUANTS = {"Q4_K_M": "q4_k_m", "F16": "f16", "BF16": "bf16", "GPTQ-Int8": "int8", "GPTQ-Int4": "int4",
           "AWQ": "int4", "amp fp16": "bf16", "fp32": "fp32"}
 ENGINES = {"llama.cpp": "llama.cpp", "vLLM 0.6.3": "vllm", "HF transformers": "transformers"}
+XIONGJIEDAI = ("https://github.com/XiongjieDai/GPU-Benchmarks-on-LLM-Inference/blob/"
+               "aa72e0ec86c356c41f8281c9733e9a13c3675800/README.md")
+MEMORY_OBSERVATIONS = [
+    *(("ran", "RTX 4080 16GB", 1, "llama.cpp", "Meta-Llama-3-8B", "F16", n, XIONGJIEDAI) for n in (512, 1024, 4096)),
+    ("out of memory", "RTX 4080 16GB", 1, "llama.cpp", "Meta-Llama-3-8B", "F16", 8192, XIONGJIEDAI),
+]
+"""Published runs whose speeds llm_inference.csv lacks, with whether they ran or failed for memory: (observed, gpu,
+count, engine, model, quant, context, source). The LLaMA 3 NVIDIA table lists 8B F16 on the RTX 4080 16GB at tg/pp
+512, 1024 and 4096 (40.6, 40.3, 39.4 tok/s) and marks tg8192 and pp8192 OOM."""
 
 
 @dataclass
@@ -184,6 +196,55 @@ def training_comparisons(folder: Path, lookup: Lookup, skipped: dict[str, int]) 
                          f"{row['gpu']} x{row['gpu_count']} {name} {row['precision']}")
 
 
+@dataclass
+class Verdict:
+    observed: str
+    predicted: str
+    row: str
+
+
+def _predicted(model: ModelSpec, gpu: GpuSpec, job: Job) -> str:
+    verdict = fit(model, gpu, job)
+    return "fits, within the error" if verdict.tight else "fits" if verdict.fits else "does not fit"
+
+
+def verdict_checks(folder: Path, lookup: Lookup) -> Iterator[Verdict]:
+    """gpufly's verdict on every measured run (it ran) and MEMORY_OBSERVATIONS. llama-bench runs its
+    ppN and tgN tests apart, each at a context of N; a whole request (Qwen's benchmark) holds prompt plus output."""
+    for row in _rows(folder, "llm_inference.csv"):
+        gpu, model = lookup.gpu(row["gpu"]), lookup.model(row["model"])
+        if gpu is None or model is None or row["quant"] not in QUANTS or row["engine"] not in ENGINES:
+            continue
+        prompt, generated = int(row["prompt_tokens"] or 0), int(row["gen_tokens"] or 0)
+        whole_request = "includes prefill" in row["notes"]
+        job = _inference_job(row, int(row["gpu_count"] or 1))
+        if not whole_request:
+            job = job.with_(context=max(1, prompt, generated))
+        yield Verdict("ran", _predicted(model, gpu, job),
+                      f"{row['gpu']} x{job.gpus} {row['engine']} {row['model']} {row['quant']} ctx {job.context}")
+    for observed, gpu_name, count, engine, model_name, quant, context, _ in MEMORY_OBSERVATIONS:
+        gpu, model = lookup.gpu(gpu_name), lookup.model(model_name)
+        if gpu is None or model is None:
+            continue
+        job = Job(quant=QUANTS[quant], engine=ENGINES[engine], context=context, gpus=count)
+        yield Verdict(observed, _predicted(model, gpu, job),
+                      f"{gpu_name} x{count} {engine} {model_name} {quant} ctx {context}")
+
+
+def _print_verdicts(verdicts: list[Verdict], detail: bool) -> None:
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    for v in verdicts:
+        counts[(v.observed, v.predicted)] += 1
+    print(f"{'fit verdict':<20} {'observed':<16} {'gpufly says':<24} {'rows':>5}")
+    for (observed, predicted), count in sorted(counts.items()):
+        print(f"{'fit verdict':<20} {observed:<16} {predicted:<24} {count:>5}")
+    wrong = [v for v in verdicts if (v.observed == "ran" and v.predicted == "does not fit")
+             or (v.observed != "ran" and v.predicted == "fits")]
+    if detail:
+        for v in wrong:
+            print(f"  {v.observed}, gpufly says {v.predicted}: {v.row}")
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
@@ -216,6 +277,7 @@ def main() -> None:
         bias = statistics.median((c.predicted - c.measured) / c.measured for c in items)
         print(f"{metric:<20} {group:<32} {len(items):>5} {statistics.median(errors):>11.1%} "
               f"{percentile(errors, 0.9):>8.1%} {bias:>+12.1%}")
+    _print_verdicts(list(verdict_checks(args.rows, lookup)), args.detail)
     if skipped:
         print(f"skipped {sum(skipped.values())} rows: " + "; ".join(f"{k} ({v})" for k, v in sorted(skipped.items())))
 

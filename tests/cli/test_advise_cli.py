@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -70,6 +72,8 @@ def test_fit_without_a_gpu_here_shows_the_catalog(cli) -> None:
     assert rows["h100-sxm"]["fits"] is True and "max_ctx" not in rows["h100-sxm"]
     frees = [row["free_bytes"] for row in data["catalog"]]
     assert frees == sorted(frees, reverse=True)
+    assert all((row["speed"] is None) == (not row["fits"]) for row in data["catalog"])
+    assert all(row["speed_if_it_fit"]["decode_tok_s"] > 0 for row in data["catalog"] if not row["fits"])
 
 
 def test_catalog_view_solves_max_ctx_and_max_batch_per_gpu(cli) -> None:
@@ -104,8 +108,9 @@ def test_a_gguf_file_defaults_to_its_own_format_and_llama_cpp(cli, tmp_path) -> 
     data = json.loads(cli("fit", str(path), "--gpu", "4090", "--json").stdout)
     assert (data["job"]["quant"], data["job"]["engine"]) == ("q8_0", "llama.cpp")
     weights = next(item for item in data["results"][0]["memory"]["items"] if item["name"] == "weights")
-    assert weights["bytes"] == sum(written.values()) == data["model"]["weight_bytes"]
-    assert "exact bytes from the file" in weights["note"]
+    assert data["model"]["weight_bytes"] == sum(written.values())
+    assert weights["bytes"] == sum(written.values()) - written["token_embd.weight"], "llama.cpp keeps it on the host"
+    assert "exact bytes from the file" in weights["note"] and "stays in host memory" in weights["note"]
     as_bf16 = json.loads(cli("fit", str(path), "--gpu", "4090", "--quant", "bf16", "--engine", "transformers",
                              "--json").stdout)
     assert (as_bf16["job"]["quant"], as_bf16["job"]["engine"]) == ("bf16", "transformers")
@@ -122,6 +127,13 @@ def test_legacy_gguf_types_read_in_their_own_format(cli, tmp_path, qtype, file_t
     result = cli("fit", str(path), "--gpu", "4090", "--quant", quant, "--json")
     assert result.code == 0, result.stderr
     weights = json.loads(result.stdout)["results"][0]["memory"]["items"][0]
+    assert weights["bytes"] == sum(written.values()) - written["token_embd.weight"]
+
+
+def test_llama_cpp_keeps_a_tied_embedding_on_the_gpu_as_the_output_layer(cli, tmp_path) -> None:
+    path = tmp_path / "tied.Q8_0.gguf"
+    written = write_gguf(path, "llama", llama_tensors(tied=True), llama_meta)
+    weights = json.loads(cli("fit", str(path), "--gpu", "4090", "--json").stdout)["results"][0]["memory"]["items"][0]
     assert weights["bytes"] == sum(written.values())
 
 
@@ -160,20 +172,27 @@ def test_when_nothing_fits_the_closest_option_is_shown(cli) -> None:
     assert "still short by" in result.stdout
 
 
+def _ranked(picks: list[dict], key: str) -> bool:
+    """Best first by ``key``, except inside a near-tie group, which is ordered by price (then power, headroom)."""
+    leaders = [picks[0]] + [pick for before, pick in itertools.pairwise(picks)
+                            if pick["tie_group"] is None or pick["tie_group"] != before["tie_group"]]
+    values = [pick[key] for pick in leaders if pick["tie_group"] is None]
+    return values == sorted(values, reverse=True)
+
+
 def test_recommend_ranks_gpus_that_fit(cli) -> None:
     data = json.loads(cli("recommend", LLAMA, "--ctx", "8192", "--json").stdout)
     picks = data["picks"]
-    assert picks and all(pick["fits"] for pick in picks)
-    speeds = [pick["throughput"] for pick in picks]
-    assert speeds == sorted(speeds, reverse=True)
+    assert picks and all(pick["fits"] and pick["speed"] and pick["speed_if_it_fit"] is None for pick in picks)
+    assert _ranked(picks, "throughput")
+    assert data["tie_break"] == "price, then power, then memory headroom" and 0 < data["error"] < 0.2
 
 
 def test_recommend_within_a_budget_only_priced_cards(cli) -> None:
     data = json.loads(cli("recommend", LLAMA, "--budget", "2000", "--prefer", "cost", "--json").stdout)
     assert data["picks"]
     assert all(pick["price_usd"] is not None and pick["price_usd"] <= 2000 for pick in data["picks"])
-    per_dollar = [pick["per_dollar"] for pick in data["picks"]]
-    assert per_dollar == sorted(per_dollar, reverse=True)
+    assert _ranked(data["picks"], "per_dollar")
 
 
 BASE = json.loads((CONFIGS / "llama-3.1-8b" / "config.json").read_text())
@@ -219,6 +238,8 @@ class Config:
      "error: unknown LoRA target module 'qproj'; did you mean q_proj"),
     pytest.param(("fit", "resnet-50", "--gpu", "4090", "--task", "lora"), "has none of the default LoRA targets",
                  marks=needs_torch),
+    (("fit", LLAMA, "--gpu", "5xH100 SXM", "--engine", "vllm"),
+     "error: vLLM cannot split llama-3.1-8b's 32 attention heads and 8 KV heads across 5 GPUs"),
     (("fit", LLAMA, "--gpu", "4090", "--engine", "vllm", "--gpu-memory-utilization", "2"),
      "error: --gpu-memory-utilization must be within 0.05..1"),
     (("recommend", LLAMA, "--budget", "-1"), "error: --budget must be positive"),
@@ -269,3 +290,103 @@ def test_a_kv_format_the_engine_cannot_run_is_a_note(cli) -> None:
     assert "note: llama.cpp has no fp8 KV cache" in llama.stdout and "--kv q8_0 is its nearest" in llama.stdout
     vllm = cli("fit", LLAMA, "--gpu", "4090", "--engine", "vllm", "--kv", "q4_0")
     assert vllm.code == 0 and "note: vLLM has no q4_0 KV cache" in vllm.stdout
+
+
+def test_max_ctx_puts_its_answer_first_and_exits_0_even_where_the_given_ctx_does_not_fit(cli) -> None:
+    result = cli("fit", LLAMA, "--gpu", "4090", "--ctx", "131072", "--max-ctx")
+    assert result.code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("longest context that fits on RTX 4090: ")
+    assert lines[1] == "at the given --ctx 131,072:"
+    assert any(line.startswith("does not fit on RTX 4090") for line in lines)
+    data = json.loads(cli("fit", LLAMA, "--gpu", "4090", "--ctx", "131072", "--max-ctx", "--json").stdout)
+    assert data["results"][0]["max_ctx"] > 8192 and data["results"][0]["fits"] is False
+
+
+def test_max_batch_without_an_answer_exits_1(cli) -> None:
+    result = cli("fit", "llama-3.1-70b", "--gpu", "4090", "--max-batch")
+    assert result.code == 1
+    assert result.stdout.splitlines()[0] == "largest batch on RTX 4090: none fits, even at 1"
+
+
+def test_a_job_that_does_not_fit_shows_speed_only_as_if_it_fit(cli) -> None:
+    result = cli("fit", "llama-3.1-70b", "--gpu", "4090")
+    assert result.code == 1
+    assert "speed if it fit (hypothetical: it does not fit): decode" in result.stdout
+    assert not any(line.startswith("speed:") for line in result.stdout.splitlines())
+    data = json.loads(cli("fit", "llama-3.1-70b", "--gpu", "4090", "--json").stdout)["results"][0]
+    assert data["speed"] is None and data["speed_if_it_fit"]["decode_tok_s"] > 0
+
+
+def test_a_context_stretched_by_rope_scaling_is_a_note(cli) -> None:
+    result = cli("fit", LLAMA, "--gpu", "b200", "--ctx", "200000")
+    assert result.code == 0, result.stderr
+    assert "note: --ctx 200,000 is beyond llama-3.1-8b's max_position_embeddings (131,072)" in result.stdout
+    assert "RoPE scaling (llama3, factor 8 over 8,192 trained tokens)" in result.stdout
+
+
+def test_the_default_context_is_capped_at_the_models_maximum(cli) -> None:
+    data = json.loads(cli("fit", "bert-base-uncased", "--gpu", "4090", "--json").stdout)
+    assert data["job"]["context"] == 512
+
+
+def test_qlora_and_lora_checkpoint_by_default_as_their_recipes_do(cli) -> None:
+    def job(*extra: str) -> tuple[bool, list[str]]:
+        data = json.loads(cli("fit", LLAMA, "--gpu", "4090", "--ctx", "2048", *extra, "--json").stdout)
+        return data["job"]["checkpointing"], data["results"][0]["memory"]["notes"]
+
+    on, notes = job("--task", "qlora")
+    assert on and "prepare_model_for_kbit_training" in notes[0]
+    assert job("--task", "lora")[0] is True
+    off, notes = job("--task", "qlora", "--no-checkpointing")
+    assert off is False and "by --no-checkpointing" in notes[0]
+    assert job("--task", "full")[0] is False
+    text = cli("fit", LLAMA, "--gpu", "4090", "--task", "qlora").stdout
+    assert "note: checkpointing on, the qlora recipe's default" in text
+
+
+def test_recommend_says_which_setups_it_cannot_tell_apart_and_that_the_engine_is_the_limit(cli) -> None:
+    result = cli("recommend", "qwen2.5-32b", "--quant", "int4", "--top", "5")
+    assert result.code == 0, result.stderr
+    assert "are within the prediction's error (+-6%, the calibrated median) of each other: ordered by price, " \
+           "then power, then memory headroom" in result.stdout
+    assert "note: transformers is the limit, not the GPU" in result.stdout
+    data = json.loads(cli("recommend", "qwen2.5-32b", "--quant", "int4", "--top", "5", "--json").stdout)
+    assert data["ties"][0]["from"] == 1 and data["picks"][0]["tie_group"] == 1
+    assert "transformers is the limit" in data["engine_limit"]
+
+
+def test_an_ambiguous_gpu_name_says_what_it_assumed(cli, monkeypatch) -> None:
+    import gpufly.catalog
+    from gpufly.catalog.lookup import Catalog
+
+    real = gpufly.catalog.default_catalog()
+    sxm, pcie = real.get("a100 80gb sxm"), real.get("a100 80gb pcie")
+    catalog = Catalog([replace(sxm, default_for=("a100",)), pcie])
+    monkeypatch.setattr(gpufly.catalog, "default_catalog", lambda: catalog)
+    result = cli("fit", LLAMA, "--gpu", "a100")
+    assert result.code == 0, result.stderr
+    assert result.stderr.startswith("note: assuming A100 80GB SXM") and "A100 80GB PCIe" in result.stderr
+    data = json.loads(cli("fit", LLAMA, "--gpu", "a100", "--json").stdout)
+    assert data["results"][0]["assumed"].startswith("assuming A100 80GB SXM")
+    exact = json.loads(cli("fit", LLAMA, "--gpu", "a100 80gb pcie", "--json").stdout)
+    assert exact["results"][0]["assumed"] is None
+
+
+def test_a_hugging_face_repo_id_is_read_from_the_local_cache(cli, monkeypatch, tmp_path) -> None:
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    missing = cli("fit", "mistralai/Mistral-Nemo-Instruct-2407", "--gpu", "4090")
+    assert missing.code == 2
+    assert "is neither a preset nor a local file" in missing.stderr
+    assert "huggingface-cli download mistralai/Mistral-Nemo-Instruct-2407 config.json" in missing.stderr
+    assert "https://huggingface.co/mistralai/Mistral-Nemo-Instruct-2407/raw/main/config.json" in missing.stderr
+    repo = tmp_path / "models--acme--tiny-llama"
+    snapshot = repo / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    (snapshot / "config.json").write_text(json.dumps(BASE))
+    found = json.loads(cli("fit", "acme/tiny-llama", "--gpu", "4090", "--json").stdout)
+    assert found["model"]["params"] == 8030261248 and found["model"]["source"] == "hf-cache:acme/tiny-llama"

@@ -36,6 +36,13 @@ def test_config_values_out_of_shape(cli, tmp_path: Path, changes: dict, message:
     _one_error(cli("fit", _config(tmp_path, **changes), "--gpu", "4090"), message)
 
 
+def test_a_context_past_the_maximum_without_rope_scaling_is_refused(cli, tmp_path: Path) -> None:
+    config = _config(tmp_path, max_position_embeddings=2048)
+    _one_error(cli("fit", config, "--gpu", "t4", "--ctx", "100000"),
+               "--ctx 100,000 is beyond config's maximum context of 2,048 tokens (max_position_embeddings)")
+    _one_error(cli("recommend", config, "--ctx", "4096"), "beyond config's maximum context of 2,048")
+
+
 def test_unreadable_json_files_have_hints(cli, tmp_path: Path) -> None:
     binary = tmp_path / "binary.json"
     binary.write_bytes(b"\xff\xfe\x00garbage")

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gpufly.catalog import default_catalog
-from gpufly.estimate.advise import _inference_changes, changes, fit
+from gpufly.catalog.lookup import Catalog
+from gpufly.catalog.spec import GpuSpec
+from gpufly.estimate.advise import _inference_changes, changes, fit, largest, parse_gpu, recommend
 from gpufly.estimate.job import Job
 from gpufly.models.resolve import load_model
 from gpufly.models.spec import ModelSpec
@@ -91,3 +95,59 @@ def test_qlora_across_gpus_is_offered_with_zero_3(catalog) -> None:
     found = changes(current)
     assert not current.fits and found and all(change.fit.fits for change in found)
     assert all(text.endswith("--zero 3") for text in _descriptions(found))
+
+
+def test_a_job_that_does_not_fit_keeps_its_speed_only_as_if_it_fit(catalog) -> None:
+    verdict = fit(load_model("llama-3.1-70b"), catalog.get("rtx 4090"), Job())
+    data = verdict.to_dict()
+    assert not verdict.fits and data["speed"] is None
+    assert data["speed_if_it_fit"]["decode_tok_s"] > 0
+    fitting = fit(load_model("llama-3.2-1b"), catalog.get("rtx 4090"), Job()).to_dict()
+    assert fitting["speed"]["decode_tok_s"] > 0 and fitting["speed_if_it_fit"] is None
+
+
+def test_a_fit_within_the_estimates_error_says_so(catalog) -> None:
+    model, gpu = load_model("llama-3.1-8b"), catalog.get("rtx 4090")
+    longest = largest(model, gpu, Job(), "context", 131072)
+    assert longest is not None
+    edge = fit(model, gpu, Job(context=longest))
+    assert edge.fits and edge.tight and "a real run may not fit" in edge.verdict
+    assert not fit(model, gpu, Job(context=8192)).tight
+
+
+def _card(name: str, price: float | None, watts: float | None) -> GpuSpec:
+    return GpuSpec(id=name.lower(), name=name, full_name=name, vendor="nvidia", segment="consumer",
+                   architecture="Ada", vram_gib=24, memory_type="GDDR6X", memory_bandwidth_gbps=1000,
+                   launch_year=2023, sources=("https://example.org",), fp16_tensor_tflops=160, tdp_w=watts,
+                   launch_price_usd=price)
+
+
+def test_near_ties_are_ordered_by_price_then_power_never_by_catalog_order() -> None:
+    cards = [_card("Dear", 2000, 300), _card("Unpriced", None, 200), _card("Cheap", 1000, 450),
+             _card("Cheap Cool", 1000, 300)]
+    ranking = recommend(load_model("llama-3.1-8b"), Job(engine="vllm"), cards)
+    assert [pick.fit.gpu.name for pick in ranking.picks] == ["Cheap Cool", "Cheap", "Dear", "Unpriced"]
+    assert ranking.groups == ((0, 4),) and ranking.error == 0.11
+    assert ranking.engine_limit is None
+    assert ranking.to_dict()["ties"] == [{"from": 1, "to": 4, "count": 4}]
+
+
+def test_a_host_bound_engine_is_named_as_the_limit(catalog) -> None:
+    ranking = recommend(load_model("qwen2.5-32b"), Job(quant="int4"), catalog)
+    assert ranking.engine_limit and "transformers is the limit, not the GPU" in ranking.engine_limit
+    assert "--engine vllm" in ranking.engine_limit
+    assert ranking.groups and ranking.groups[0][0] == 0
+    leaders = ranking.picks[:ranking.groups[0][1]]
+    prices = [pick.price_usd for pick in leaders if pick.price_usd is not None]
+    assert prices == sorted(prices)
+    gguf = recommend(load_model("qwen2.5-32b"), Job(quant="q4_k_m", engine="transformers"), catalog)
+    assert gguf.engine_limit is None or "--engine llama.cpp would separate them" in gguf.engine_limit
+
+
+def test_parse_gpu_says_what_it_assumed() -> None:
+    sxm = dataclasses.replace(_card("A100 80GB SXM", None, 400), id="a100-sxm", default_for=("a100",))
+    pcie = dataclasses.replace(_card("A100 80GB PCIe", None, 300), id="a100-pcie")
+    choice = parse_gpu("2xA100", Catalog([sxm, pcie]))
+    assert (choice.spec.id, choice.count) == ("a100-sxm", 2)
+    assert choice.assumed and "A100 80GB SXM" in choice.assumed and "A100 80GB PCIe" in choice.assumed
+    assert parse_gpu("a100 80gb pcie", Catalog([sxm, pcie])).assumed is None

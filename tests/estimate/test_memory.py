@@ -7,11 +7,13 @@ from pathlib import Path
 import pytest
 
 from gpufly.errors import GpuflyError
+from gpufly.estimate.advise import fit
 from gpufly.estimate.engines import GIB
 from gpufly.estimate.formats import kv_key, weight_format
 from gpufly.estimate.job import DEFAULT_LORA_TARGETS, Job
 from gpufly.estimate.memory import inference_memory, kv_cache_bytes, lora_targets, training_memory, weight_bytes
 from gpufly.models.hf_config import load_config_file, spec_from_config
+from gpufly.models.resolve import load_model
 from gpufly.models.spec import ModelSpec
 
 CONFIGS = Path(__file__).parent.parent / "fixtures" / "configs"
@@ -223,3 +225,40 @@ def test_a_kv_format_the_engine_lacks_is_a_note(llama8b: ModelSpec, engine: str,
 def test_a_kv_format_the_engine_has_gets_no_note(llama8b: ModelSpec, engine: str, kv: str) -> None:
     notes = inference_memory(llama8b, Job(engine=engine, kv_format=kv)).notes
     assert not any("KV cache (its KV formats" in note for note in notes)
+
+
+def test_llama_cpp_holds_no_pytorch_allocator_share_and_keeps_the_embedding_on_the_host(llama8b: ModelSpec) -> None:
+    breakdown = inference_memory(llama8b, Job(engine="llama.cpp", quant="f16", context=8192))
+    assert "allocator" not in {item.name for item in breakdown.items}
+    embedding = llama8b.embedding_params * 2
+    assert embedding / 2**20 == 1002, "Llama-3-8B F16: llama.cpp's log prints 'CPU buffer size = 1002.00 MiB'"
+    assert breakdown.get("weights") == llama8b.params * 2 - embedding
+    assert round(breakdown.get("activations") / 2**20) == 560, "ollama's GraphSize at n_ctx 8192, n_batch 512"
+    tied = inference_memory(load_model("llama-3.2-1b"), Job(engine="llama.cpp", quant="f16"))
+    assert tied.get("weights") == load_model("llama-3.2-1b").params * 2, "a tied table is the GPU's output layer"
+    assert "allocator" in {item.name for item in inference_memory(llama8b, Job()).items}
+
+
+def test_an_8b_at_f16_on_a_16_gb_card_agrees_with_llama_bench(llama8b: ModelSpec, catalog) -> None:
+    """XiongjieDai's llama-bench table (RTX 4080 16GB, Llama-3-8B F16, May 2024): tg/pp 512 to 4096 ran,
+    8192 was OOM (github.com/XiongjieDai/GPU-Benchmarks-on-LLM-Inference, README, LLaMA 3 NVIDIA table)."""
+    rtx_4080 = catalog.get("rtx 4080")
+    for context in (512, 1024, 4096):
+        ran = fit(llama8b, rtx_4080, Job(engine="llama.cpp", quant="f16", context=context))
+        assert ran.fits and not ran.tight, (context, ran.verdict)
+    oom = fit(llama8b, rtx_4080, Job(engine="llama.cpp", quant="f16", context=8192))
+    assert oom.tight or not oom.fits, oom.verdict
+
+
+@pytest.mark.parametrize(("task", "option", "applies", "words"), [
+    ("qlora", None, True, "the qlora recipe's default: PEFT's prepare_model_for_kbit_training turns it on"),
+    ("lora", None, True, "the lora recipe's default: TRL's SFTConfig turns it on"),
+    ("full", None, False, "the full recipe's default: transformers' TrainingArguments leave it off"),
+    ("qlora", False, False, "checkpointing off by --no-checkpointing; the qlora recipe's default is on"),
+    ("full", True, True, "checkpointing on by --checkpointing; the full recipe's default is off"),
+])
+def test_checkpointing_follows_the_recipe_unless_overridden(llama8b: ModelSpec, task: str, option: bool | None,
+                                                            applies: bool, words: str) -> None:
+    job = Job.from_options(llama8b, task=task, checkpointing=option)
+    assert job.checkpointing is applies
+    assert any(words in note for note in training_memory(llama8b, job).notes)

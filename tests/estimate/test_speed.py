@@ -93,19 +93,19 @@ def test_training_scales_with_gpus() -> None:
 
 
 def test_largest_context_is_the_boundary(catalog) -> None:
-    gpu, _ = parse_gpu("4090", catalog)
+    gpu = parse_gpu("4090", catalog).spec
     longest = largest(LLAMA, gpu, Job(), "context", 131072)
     assert fit(LLAMA, gpu, Job(context=longest)).fits
     assert not fit(LLAMA, gpu, Job(context=longest + 1)).fits
 
 
 def test_parse_gpu_counts(catalog) -> None:
-    assert parse_gpu("2xH100", catalog)[1] == 2
-    assert parse_gpu("8 x a100-80g", catalog)[0].id == "a100-sxm4-80gb"
+    assert parse_gpu("2xH100", catalog).count == 2
+    assert parse_gpu("8 x a100-80g", catalog).spec.id == "a100-sxm4-80gb"
 
 
 def test_recommend_takes_the_fewest_gpus_that_fit(catalog) -> None:
-    picks = recommend(LLAMA, Job(task="full", context=2048), catalog, max_gpus=8)
+    picks = recommend(LLAMA, Job(task="full", context=2048), catalog, max_gpus=8).picks
     assert picks
     for pick in picks:
         if pick.fit.job.gpus > 1:

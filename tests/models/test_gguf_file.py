@@ -14,7 +14,7 @@ from gguf import LlamaFileType
 
 from gpufly.errors import GpuflyError
 from gpufly.models.gguf_file import read_gguf, tensor_bytes_by_type
-from gpufly.models.spec import Attention, MoE
+from gpufly.models.spec import Attention, MoE, RopeScaling
 
 LAYERS, HIDDEN, HEADS, KV_HEADS, FFN, VOCAB = 2, 64, 4, 2, 128, 256
 HEAD_DIM = HIDDEN // HEADS
@@ -387,3 +387,20 @@ def test_a_vision_projector_gets_a_hint(tmp_path: Path) -> None:
     with pytest.raises(GpuflyError, match=r"clip\.block_count") as info:
         read_gguf(path)
     assert "mmproj" in info.value.hint
+
+
+def test_the_rope_scaling_in_the_header_is_kept(tmp_path: Path) -> None:
+    def meta(writer: gguf.GGUFWriter) -> None:
+        llama_meta(writer)
+        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(4.0)
+        writer.add_rope_scaling_orig_ctx_len(512)
+
+    path = tmp_path / "yarn.gguf"
+    written = write_gguf(path, "llama", llama_tensors(), meta)
+    spec = read_gguf(path)
+    assert spec.rope_scaling == RopeScaling(kind="yarn", factor=4.0, original_context=512)
+    assert spec.max_context == 2048 and spec.embedding_bytes == written["token_embd.weight"]
+    plain = tmp_path / "plain.gguf"
+    write_gguf(plain, "llama", llama_tensors(), llama_meta)
+    assert read_gguf(plain).rope_scaling is None

@@ -12,6 +12,7 @@ from gpufly.models.hf_config import load_config_file, spec_from_config
 from gpufly.models.meta import count_on_meta, transformers_available
 from gpufly.models.presets import PRESET_DIR, get_preset, presets
 from gpufly.models.resolve import from_config, load_model
+from gpufly.models.spec import RopeScaling
 
 CONFIGS = Path(__file__).parent.parent / "fixtures" / "configs"
 needs_transformers = pytest.mark.skipif(not transformers_available(), reason="needs transformers and torch")
@@ -152,3 +153,22 @@ def test_the_generic_reader_knows_plain_mlp_families() -> None:
             "num_attention_heads": 4, "intermediate_size": 256}
     assert spec_from_generic_config(neox, "n", "s", "w").gated_mlp is False
     assert spec_from_generic_config({**neox, "model_type": "internlm2"}, "n", "s", "w").gated_mlp is True
+
+
+@pytest.mark.parametrize(("scaling", "expected"), [
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+     RopeScaling(kind="yarn", factor=4.0, original_context=32768)),
+    ({"type": "linear", "factor": 2}, RopeScaling(kind="linear", factor=2.0)),
+    ({"type": "dynamic", "factor": 2.0}, RopeScaling(kind="dynamic", factor=2.0)),
+    ({"rope_type": "default"}, None),
+    (None, None),
+])
+def test_the_rope_scaling_a_config_declares_is_kept(scaling: dict | None, expected: RopeScaling | None) -> None:
+    data = {**json.loads((PRESET_DIR / "qwen2.5-7b.json").read_text())["config"], "rope_scaling": scaling}
+    assert spec_from_config(data, "Qwen2.5-7B", "test").rope_scaling == expected
+
+
+def test_presets_carry_their_rope_scaling() -> None:
+    assert load_model("llama-3.1-8b").rope_scaling == RopeScaling(kind="llama3", factor=8.0, original_context=8192)
+    assert load_model("gemma-3-27b").rope_scaling == RopeScaling(kind="linear", factor=8.0)
+    assert load_model("qwen2.5-7b").rope_scaling is None

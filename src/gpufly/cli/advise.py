@@ -11,14 +11,14 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from gpufly.cli.render import MISSING, console, print_json
+from gpufly.cli.render import MISSING, console, error_console, print_json
 from gpufly.errors import GpuflyError
 from gpufly.estimate.engines import GIB
 from gpufly.estimate.job import DEFAULT_LORA_TARGETS, Job
 
 if TYPE_CHECKING:
     from gpufly.catalog import Catalog, GpuSpec
-    from gpufly.estimate.advise import Change, Fit
+    from gpufly.estimate.advise import Change, Fit, GpuChoice, Ranking
     from gpufly.models.spec import ModelSpec
 
 SCHEMA_VERSION = 1
@@ -28,7 +28,9 @@ Task = Annotated[str, typer.Option("--task", help="infer, lora, qlora or full.")
 Quant = Annotated[str | None, typer.Option(
     "--quant", help="fp32, bf16, fp16, fp8, int8, int4[-gN], nf4, q4_k_m, q8_0, q4_0... Default: bf16, or a GGUF "
     "file's own format.", show_default=False)]
-Ctx = Annotated[int, typer.Option("--ctx", help="Tokens per sequence (prompt + output; training sequence length).")]
+Ctx = Annotated[int | None, typer.Option(
+    "--ctx", help="Tokens per sequence (prompt + output; training sequence length). Default: 4096, or the model's "
+    "maximum when shorter.", show_default=False)]
 Batch = Annotated[int, typer.Option("--batch", help="Sequences at once (training: micro-batch per GPU).")]
 Kv = Annotated[str, typer.Option("--kv", help="KV-cache format: fp16, fp8, q8_0, q4_0.")]
 EngineOpt = Annotated[str | None, typer.Option(
@@ -36,7 +38,9 @@ EngineOpt = Annotated[str | None, typer.Option(
     "transformers.", show_default=False)]
 Optimizer = Annotated[str, typer.Option("--optimizer", help="adamw, adamw8bit, sgd, sgd-momentum, adafactor.")]
 Zero = Annotated[int, typer.Option("--zero", help="ZeRO/FSDP stage 0-3 across the GPUs.")]
-Checkpointing = Annotated[bool, typer.Option("--checkpointing", help="Full activation checkpointing.")]
+Checkpointing = Annotated[bool | None, typer.Option(
+    "--checkpointing/--no-checkpointing", help="Full activation checkpointing. Default: the task's recipe (on for "
+    "LoRA and QLoRA, as PEFT and TRL set it; off for full training).", show_default=False)]
 LoraRank = Annotated[int, typer.Option("--lora-rank", help="LoRA rank r.")]
 LoraTargets = Annotated[str | None, typer.Option(
     "--lora-targets", help=f"Comma-separated linear layers LoRA adapts. Default: those of {DEFAULT_TARGETS} the "
@@ -48,10 +52,20 @@ Fp32 = Annotated[bool, typer.Option("--fp32", help="Train in fp32 instead of mix
 Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
+DEFAULT_CONTEXT = 4096
+
+
 def _load(model: str, exact: bool = False) -> ModelSpec:
     from gpufly.models.resolve import load_model
 
     return load_model(model, exact=exact)
+
+
+def _context(spec: ModelSpec, ctx: int | None) -> int:
+    """--ctx as given, or 4096 capped at the model's maximum (a BERT takes 512)."""
+    if ctx is not None:
+        return ctx
+    return min(DEFAULT_CONTEXT, spec.max_context or DEFAULT_CONTEXT)
 
 
 def _describe(spec: ModelSpec, job: Job) -> str:
@@ -77,8 +91,25 @@ def _rate(value: float | None, unit: str) -> str:
     return f"{value:,.0f} {unit}" if value >= 10 else f"{value:,.1f} {unit}"
 
 
+def _speed_line(verdict: Fit) -> str:
+    """The predicted speed; for a job that does not fit, labelled as what it would be if it fit."""
+    s = verdict.speed
+    if verdict.job.training:
+        line = _rate(s.train_tokens_s, "tokens/s") if s.train_tokens_s else _rate(s.train_samples_s, "samples/s")
+    else:
+        ttft = f", first token after {s.time_to_first_token_s:.2f} s" if s.time_to_first_token_s else ""
+        line = (f"decode {_rate(s.decode_tok_s, 'tok/s')} at the end of the context, prefill "
+                f"{_rate(s.prefill_tok_s, 'tok/s')}{ttft}")
+    label = "speed" if verdict.fits else "speed if it fit (hypothetical: it does not fit)"
+    bound = f"; bound by {s.bound}" if s.bound and not verdict.job.training else ""
+    return (f"{label}: {line}" + (f" ({s.why})" if s.why else "") + f"  [roofline with calibrated efficiencies"
+            f"{bound}; docs/estimates.md]")
+
+
 def render_fit(verdict: Fit, changes: list[Change], out: Console) -> None:
-    out.print(verdict.verdict, style="bold green" if verdict.fits else "bold red")
+    out.print(verdict.verdict, style="bold yellow" if verdict.tight else "bold green" if verdict.fits else "bold red")
+    for note in verdict.notes:
+        out.print(f"note: {note}", markup=False)
     table = Table(title="Memory per GPU", box=box.SIMPLE_HEAD, title_justify="left")
     table.add_column("item")
     table.add_column("GiB", justify="right")
@@ -89,24 +120,15 @@ def render_fit(verdict: Fit, changes: list[Change], out: Console) -> None:
                   style="bold")
     out.print(table)
     for note in verdict.memory.notes:
-        out.print(f"note: {note}")
-    s = verdict.speed
-    if verdict.job.training:
-        line = f"speed: {_rate(s.train_tokens_s, 'tokens/s')}" if s.train_tokens_s else \
-            f"speed: {_rate(s.train_samples_s, 'samples/s')}"
-    else:
-        ttft = f", first token after {s.time_to_first_token_s:.2f} s" if s.time_to_first_token_s else ""
-        line = (f"speed: decode {_rate(s.decode_tok_s, 'tok/s')} at the end of the context, prefill "
-                f"{_rate(s.prefill_tok_s, 'tok/s')}{ttft}")
-    out.print(line + (f" ({s.why})" if s.why else "") + "  [roofline with calibrated efficiencies; "
-              "docs/estimates.md]")
+        out.print(f"note: {note}", markup=False)
+    out.print(_speed_line(verdict), markup=False)
     if not verdict.fits and not changes:
         out.print("none of the changes gpufly tries lowers what this job needs per GPU")
     elif not verdict.fits and not any(change.fit.fits for change in changes):
         closest = changes[0]
         out.print(f"no single change makes it fit; the closest is {closest.description}: "
                   f"{_gib(closest.fit.memory.total_bytes)} GiB per GPU, still short by "
-                  f"{-closest.fit.free_bytes / GIB:.1f} GiB")
+                  f"{-closest.fit.free_bytes / GIB:.1f} GiB", markup=False)
     elif changes:
         title = "Changes that make it fit" if not verdict.fits else "Other options"
         options = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
@@ -121,9 +143,8 @@ def _render_catalog(job: Job, fits: list[Fit], solved: list[dict[str, int | None
     table = Table(title=f"Across the catalog: {sum(f.fits for f in fits)} of {len(fits)} GPUs fit",
                   box=box.SIMPLE_HEAD, title_justify="left")
     limits = list(solved[0]) if solved else []
-    for column, justify in (("GPU", "left"), ("VRAM", "right"), ("needs", "right"), ("free", "right"),
-                            ("speed", "right"), *((LIMITS[key][2], "right") for key in limits)):
-        table.add_column(column, justify=justify)
+    for column in ("GPU", "VRAM", "needs", "free", "speed", *(LIMITS[key][2] for key in limits)):
+        table.add_column(column, justify="left" if column == "GPU" else "right")
     for verdict, found in zip(fits, solved, strict=True):
         value = (verdict.speed.decode_tok_s if not job.training else
                  verdict.speed.train_tokens_s or verdict.speed.train_samples_s)
@@ -138,18 +159,17 @@ def _render_catalog(job: Job, fits: list[Fit], solved: list[dict[str, int | None
                   "ranks 2, 4 and 8 GPUs, or give --gpu NxNAME", markup=False)
 
 
-def _machine_gpus() -> list[tuple[GpuSpec, int]]:
+def _machine_gpus() -> list[GpuChoice]:
+    from gpufly.estimate.advise import GpuChoice
     from gpufly.report.machine import probe_machine
 
-    return probe_machine().gpu_types()
+    return [GpuChoice(spec, count) for spec, count in probe_machine().gpu_types()]
 
 
-Targets = list[tuple["GpuSpec", int]]
-
-
-def _calibrated(targets: Targets, results: Path, catalog: Catalog) -> tuple[Targets, list[str]]:
+def _calibrated(targets: list[GpuChoice], results: Path, catalog: Catalog) -> tuple[list[GpuChoice], list[str]]:
     """The target GPUs with measured ceilings from a bench run; without --gpu, the run's own GPU."""
     from gpufly.bench.results import load_run
+    from gpufly.estimate.advise import GpuChoice
     from gpufly.estimate.calibrate import calibrated_gpu
 
     run = load_run(results)
@@ -157,11 +177,11 @@ def _calibrated(targets: Targets, results: Path, catalog: Catalog) -> tuple[Targ
         if not run.device.catalog_id:
             raise GpuflyError(f"the bench results are for '{run.device.name}', which the catalog lacks",
                               hint="give --gpu NAME")
-        targets = [(catalog.get(run.device.catalog_id), 1)]
+        targets = [GpuChoice(catalog.get(run.device.catalog_id), 1)]
     calibrated, notes = [], []
-    for target, count in targets:
-        spec, changed = calibrated_gpu(target, run)
-        calibrated.append((spec, count))
+    for target in targets:
+        spec, changed = calibrated_gpu(target.spec, run)
+        calibrated.append(GpuChoice(spec, target.count, target.assumed))
         notes += changed
     return calibrated, notes
 
@@ -201,9 +221,9 @@ def fit(
     gpu: Annotated[
         str | None, typer.Option("--gpu", help="GPU name, or COUNTxNAME (2xH100). Default: this machine's.")
     ] = None,
-    task: Task = "infer", quant: Quant = None, ctx: Ctx = 4096, batch: Batch = 1, kv: Kv = "fp16",
+    task: Task = "infer", quant: Quant = None, ctx: Ctx = None, batch: Batch = 1, kv: Kv = "fp16",
     engine: EngineOpt = None, optimizer: Optimizer = "adamw", zero: Zero = 0,
-    checkpointing: Checkpointing = False, lora_rank: LoraRank = 16, lora_targets: LoraTargets = None,
+    checkpointing: Checkpointing = None, lora_rank: LoraRank = 16, lora_targets: LoraTargets = None,
     fsdp: Fsdp = None, fp32: Fp32 = False, gpu_memory_utilization: GpuMemory = 0.9,
     max_ctx: Annotated[bool, typer.Option("--max-ctx", help="Solve for the longest context that fits.")] = False,
     max_batch: Annotated[bool, typer.Option("--max-batch", help="Solve for the largest batch that fits.")] = False,
@@ -222,10 +242,13 @@ def fit(
     calibration: list[str] = []
     if calibrate is not None:
         targets, calibration = _calibrated(targets, calibrate, catalog)
+    for target in targets:
+        if target.assumed:
+            error_console().print(f"note: {target.assumed}", markup=False)
     spec = _load(model, exact)
-    base = Job.from_options(spec, task=task, quant=quant, context=ctx, batch=batch, kv_format=kv, engine=engine,
-                            optimizer=optimizer, zero=zero, checkpointing=checkpointing, lora_rank=lora_rank,
-                            fp32=fp32, lora_targets=lora_targets, fsdp=fsdp,
+    base = Job.from_options(spec, task=task, quant=quant, context=_context(spec, ctx), batch=batch, kv_format=kv,
+                            engine=engine, optimizer=optimizer, zero=zero, checkpointing=checkpointing,
+                            lora_rank=lora_rank, fp32=fp32, lora_targets=lora_targets, fsdp=fsdp,
                             gpu_memory_utilization=gpu_memory_utilization)
     out = console()
     solve = {"max_ctx": max_ctx, "max_batch": max_batch}
@@ -233,33 +256,50 @@ def fit(
         _catalog_view(spec, base, catalog, solve, json_out, out)
         return
     results = []
-    for target, count in targets:
-        job = base.with_(gpus=count)
-        verdict = fit_one(spec, target, job)
-        results.append((verdict, changes(verdict), _solve(spec, target, job, solve)))
+    for target in targets:
+        job = base.with_(gpus=target.count)
+        verdict = fit_one(spec, target.spec, job)
+        results.append((target, verdict, changes(verdict), _solve(spec, target.spec, job, solve)))
+    solving = any(solve.values())
+    answered = all(value is not None for *_, solved in results for value in solved.values())
+    ok = answered if solving else all(verdict.fits for _, verdict, _, _ in results)
     if json_out:
         print_json({"schema_version": SCHEMA_VERSION, "model": spec.to_dict(), "job": base.to_dict(),
-                    "results": [{**v.to_dict(), "changes": [c.to_dict() for c in ch], **solved}
-                                for v, ch, solved in results]})
-        if not all(v.fits for v, _, _ in results):
-            raise typer.Exit(1)
-        return
-    for note in calibration:
-        out.print(f"calibrated: {note}")
-    for verdict, found_changes, solved in results:
-        out.print(_describe(spec, verdict.job))
-        render_fit(verdict, found_changes, out)
-        for key, value in solved.items():
-            label = LIMITS[key][1]
-            out.print(f"{label} that fits: {value:,}" if value else f"{label}: nothing fits, even at 1")
-    if not all(v.fits for v, _, _ in results):
+                    "results": [{**solved, **v.to_dict(), "assumed": target.assumed,
+                                 "changes": [c.to_dict() for c in ch]} for target, v, ch, solved in results]})
+    else:
+        for note in calibration:
+            out.print(f"calibrated: {note}")
+        for _, verdict, found_changes, solved in results:
+            _render_result(spec, verdict, found_changes, solved, out)
+    if not ok:
         raise typer.Exit(1)
+
+
+def _render_result(spec: ModelSpec, verdict: Fit, found_changes: list[Change], solved: dict[str, int | None],
+                   out: Console) -> None:
+    """One target's answer: what --max-ctx/--max-batch solved for first, then the verdict at the given job."""
+    where = f"{verdict.job.gpus}x {verdict.gpu.name}" if verdict.job.gpus > 1 else verdict.gpu.name
+    for key, value in solved.items():
+        field, label, _ = LIMITS[key]
+        if value is None:
+            out.print(f"{label} on {where}: none fits, even at 1", style="bold red")
+            continue
+        ceiling = " (the model's maximum, max_position_embeddings)" if (
+            field == "context" and value == spec.max_context) else ""
+        out.print(f"{label} that fits on {where}: {value:,}{ceiling}", style="bold green")
+    if solved:
+        shown = ", ".join(f"--{LIMITS[key][0].replace('context', 'ctx')} {getattr(verdict.job, LIMITS[key][0]):,}"
+                          for key in solved)
+        out.print(f"at the given {shown}:")
+    out.print(_describe(spec, verdict.job))
+    render_fit(verdict, found_changes, out)
 
 
 def recommend(
     model: Annotated[str, typer.Argument(help="Preset name, config.json or folder, .gguf file, or module:function.")],
-    task: Task = "infer", quant: Quant = None, ctx: Ctx = 4096, batch: Batch = 1, kv: Kv = "fp16",
-    engine: EngineOpt = None, optimizer: Optimizer = "adamw", checkpointing: Checkpointing = False,
+    task: Task = "infer", quant: Quant = None, ctx: Ctx = None, batch: Batch = 1, kv: Kv = "fp16",
+    engine: EngineOpt = None, optimizer: Optimizer = "adamw", checkpointing: Checkpointing = None,
     lora_rank: LoraRank = 16, lora_targets: LoraTargets = None, fp32: Fp32 = False,
     gpu_memory_utilization: GpuMemory = 0.9,
     budget: Annotated[
@@ -279,33 +319,52 @@ def recommend(
     if budget is not None and not math.isfinite(budget):
         raise GpuflyError(f"--budget must be a number of dollars, got {budget}", hint="e.g. --budget 5000")
     spec = _load(model)
-    job = Job.from_options(spec, task=task, quant=quant, context=ctx, batch=batch, kv_format=kv, engine=engine,
-                           optimizer=optimizer, checkpointing=checkpointing, lora_rank=lora_rank, fp32=fp32,
-                           lora_targets=lora_targets, gpu_memory_utilization=gpu_memory_utilization)
-    picks = rank(spec, job, default_catalog(), budget_usd=budget, max_gpus=max_gpus, prefer=prefer)
+    job = Job.from_options(spec, task=task, quant=quant, context=_context(spec, ctx), batch=batch, kv_format=kv,
+                           engine=engine, optimizer=optimizer, checkpointing=checkpointing, lora_rank=lora_rank,
+                           fp32=fp32, lora_targets=lora_targets, gpu_memory_utilization=gpu_memory_utilization)
+    ranking = rank(spec, job, default_catalog(), budget_usd=budget, max_gpus=max_gpus, prefer=prefer)
     if json_out:
         print_json({"schema_version": SCHEMA_VERSION, "model": spec.to_dict(), "job": job.to_dict(),
-                    "prefer": prefer, "budget_usd": budget, "picks": [p.to_dict() for p in picks[:top]]})
+                    "budget_usd": budget, **ranking.to_dict(top)})
         return
     out = console()
     out.print(_describe(spec, job))
-    if not picks:
+    if not ranking.picks:
         out.print("no GPU in the catalog fits this job" + (" within the budget" if budget else "")
                   + f" with up to {max_gpus} GPUs")
         return
-    table = Table(title=f"Best GPUs, by {prefer}" + (f", within ${budget:,.0f}" if budget else ""),
+    _render_ranking(ranking, budget, top, out)
+
+
+def _render_ranking(ranking: Ranking, budget: float | None, top: int, out: Console) -> None:
+    from gpufly.estimate.advise import TIE_BREAK
+
+    table = Table(title=f"Best GPUs, by {ranking.prefer}" + (f", within ${budget:,.0f}" if budget else ""),
                   box=box.SIMPLE_HEAD, title_justify="left")
-    for column in ("#", "GPUs", "per-GPU GiB", "speed", "price", "per $1k", "per kW"):
+    for column in ("#", "tie", "GPUs", "per-GPU GiB", "speed", "price", "per $1k", "per kW"):
         table.add_column(column, justify="left" if column == "GPUs" else "right")
-    for rank_no, pick in enumerate(picks[:top], 1):
+    for index, pick in enumerate(ranking.picks[:top]):
         count = pick.fit.job.gpus
-        table.add_row(str(rank_no), f"{count}x {pick.fit.gpu.name}" if count > 1 else pick.fit.gpu.name,
-                      f"{_gib(pick.fit.memory.total_bytes)} / {pick.fit.gpu.vram_gib:g}",
+        group = ranking.tie_group(index)
+        table.add_row(str(index + 1), f"={group}" if group else "",
+                      f"{count}x {pick.fit.gpu.name}" if count > 1 else pick.fit.gpu.name,
+                      f"{_gib(pick.fit.memory.total_bytes)} / {pick.fit.gpu.vram_gib:g}"
+                      + (" (tight)" if pick.fit.tight else ""),
                       _rate(pick.throughput, pick.unit.split()[0]),
                       f"${pick.price_usd:,.0f}" if pick.price_usd else MISSING,
                       f"{pick.per_dollar * 1000:,.1f}" if pick.per_dollar else MISSING,
                       f"{pick.per_watt * 1000:,.0f}" if pick.per_watt else MISSING)
     out.print(table)
+    for number, (start, end) in enumerate(ranking.groups, 1):
+        if start >= top:
+            break
+        out.print(f"tie ={number}: setups {start + 1}-{end} ({end - start}) are within the prediction's error "
+                  f"(+-{ranking.error:.0%}, the calibrated median) of each other: ordered by {TIE_BREAK}",
+                  markup=False)
+    if any(pick.fit.tight for pick in ranking.picks[:top]):
+        out.print("(tight): fits with less room than the memory estimate's median error; a real run may not fit")
+    if ranking.engine_limit:
+        out.print(f"note: {ranking.engine_limit}", markup=False)
     out.print("Prices are launch MSRPs where the vendor published one; data-center GPUs have none.")
 
 

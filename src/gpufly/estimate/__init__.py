@@ -16,17 +16,30 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpufly.estimate.advise import Change, Fit, Pick, changes, fit, largest, parse_gpu, recommend
+    from gpufly.estimate.advise import (
+        Change,
+        Fit,
+        GpuChoice,
+        Pick,
+        Ranking,
+        changes,
+        fit,
+        largest,
+        parse_gpu,
+        recommend,
+    )
+    from gpufly.estimate.checks import check_job, device_spec
     from gpufly.estimate.job import Job
     from gpufly.estimate.memory import MemoryBreakdown, MemoryItem, memory
     from gpufly.estimate.speed import Speed, speed
 
-_HOME = {"Change": "advise", "Fit": "advise", "Pick": "advise", "changes": "advise", "fit": "advise",
-         "largest": "advise", "parse_gpu": "advise", "recommend": "advise", "Job": "job", "MemoryBreakdown": "memory",
+_HOME = {"Change": "advise", "Fit": "advise", "GpuChoice": "advise", "Pick": "advise", "Ranking": "advise",
+         "changes": "advise", "fit": "advise", "largest": "advise", "parse_gpu": "advise", "recommend": "advise",
+         "check_job": "checks", "device_spec": "checks", "Job": "job", "MemoryBreakdown": "memory",
          "MemoryItem": "memory", "memory": "memory", "Speed": "speed", "speed": "speed"}
 
-__all__ = ["Change", "Fit", "Job", "MemoryBreakdown", "MemoryItem", "Pick", "Speed", "changes", "fit", "largest",
-           "memory", "parse_gpu", "recommend", "speed"]
+__all__ = ["Change", "Fit", "GpuChoice", "Job", "MemoryBreakdown", "MemoryItem", "Pick", "Ranking", "Speed", "changes",
+           "check_job", "device_spec", "fit", "largest", "memory", "parse_gpu", "recommend", "speed"]
 
 
 def __getattr__(name: str) -> Any:

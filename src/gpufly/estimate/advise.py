@@ -10,35 +10,61 @@ from typing import Any
 from gpufly.catalog.lookup import Catalog
 from gpufly.catalog.spec import GpuSpec
 from gpufly.errors import GpuflyError
-from gpufly.estimate.engines import GIB, LLAMA_CPP_KV_LADDER, Engine, engine
+from gpufly.estimate.checks import check_job, device_spec, splits_tensors, tensor_parallel_ok
+from gpufly.estimate.engines import (
+    GIB,
+    LLAMA_CPP_KV_LADDER,
+    SPEED_MEDIAN_ERROR,
+    VRAM_MEDIAN_ERROR,
+    Engine,
+    engine,
+)
 from gpufly.estimate.formats import GGUF_LADDER, kv_bytes, kv_key, weight_format
 from gpufly.estimate.job import Job
 from gpufly.estimate.memory import MemoryBreakdown, lora_adapter_params, memory
-from gpufly.estimate.speed import Speed, speed
+from gpufly.estimate.speed import HOST_BOUND, Speed, speed
 from gpufly.models.spec import ModelSpec
 
 GPU_COUNTS = (1, 2, 4, 8)
 _COUNT = re.compile(r"^\s*(\d+)\s*[x\u00d7*]\s*(.+)$", re.IGNORECASE)
 
 
-def parse_gpu(text: str, catalog: Catalog) -> tuple[GpuSpec, int]:
-    """'H100', '2xH100' or '4 x rtx 4090' -> (spec, count)."""
+@dataclass(frozen=True)
+class GpuChoice:
+    """What ``--gpu`` named: the catalog GPU, how many, and what was assumed when the name covered variants."""
+
+    spec: GpuSpec
+    count: int
+    assumed: str | None = None
+
+
+def parse_gpu(text: str, catalog: Catalog) -> GpuChoice:
+    """'H100', '2xH100' or '4 x rtx 4090' -> the GPU (through ``Catalog.resolve``, which says what it assumed for
+    a name that covers several variants), and the count."""
     match = _COUNT.match(text)
     count, name = (int(match.group(1)), match.group(2)) if match else (1, text)
     if count <= 0:
         raise GpuflyError(f"GPU count must be at least 1 in '{text}'", hint="e.g. --gpu 2xH100")
-    return catalog.get(name), count
+    resolution = catalog.resolve(name)
+    return GpuChoice(resolution.spec, count, resolution.assumed)
 
 
 @dataclass(frozen=True)
 class Fit:
-    """The verdict for one model, job and GPU (``job.gpus`` of them)."""
+    """The verdict for one model, job and GPU (``job.gpus`` of them).
+
+    ``gpu`` is the device the software sees (one die of a multi-die card, ``card`` the catalog entry); ``speed`` is
+    the prediction as if the job ran: shown as speed only when it fits, else as the speed it would have if it fit.
+    ``notes`` are what a real run would accept with a caveat (a context past the trained length, a die).
+    """
 
     model: ModelSpec
     gpu: GpuSpec
     job: Job
     memory: MemoryBreakdown
     speed: Speed
+    card: GpuSpec
+    notes: tuple[str, ...] = ()
 
     @property
     def capacity_bytes(self) -> int:
@@ -55,22 +81,41 @@ class Fit:
         return self.free_bytes >= 0
 
     @property
+    def tight(self) -> bool:
+        """Fits with less room than the memory estimate's own median error: a real run may not."""
+        return self.fits and self.free_bytes < VRAM_MEDIAN_ERROR * self.memory.total_bytes
+
+    @property
     def verdict(self) -> str:
         gib = abs(self.free_bytes) / GIB
         where = f"{self.job.gpus}x {self.gpu.name}" if self.job.gpus > 1 else self.gpu.name
+        if self.tight:
+            return (f"fits on {where} with only {gib:.2f} GiB free per GPU: within the memory estimate's error "
+                    f"(median {VRAM_MEDIAN_ERROR:.1%}), so a real run may not fit")
         if self.fits:
             return f"fits on {where}, with {gib:.1f} GiB free per GPU"
         return f"does not fit on {where}: short by {gib:.1f} GiB per GPU"
 
     def to_dict(self) -> dict[str, Any]:
+        predicted = self.speed.to_dict()
         return {"gpu": self.gpu.id, "gpu_name": self.gpu.name, "gpus": self.job.gpus, "fits": self.fits,
-                "verdict": self.verdict, "capacity_bytes": self.capacity_bytes, "free_bytes": self.free_bytes,
-                "memory": self.memory.to_dict(), "speed": self.speed.to_dict()}
+                "tight": self.tight, "verdict": self.verdict, "capacity_bytes": self.capacity_bytes,
+                "free_bytes": self.free_bytes, "memory": self.memory.to_dict(),
+                "speed": predicted if self.fits else None, "speed_if_it_fit": None if self.fits else predicted,
+                "notes": list(self.notes)}
 
 
 def fit(model: ModelSpec, gpu: GpuSpec, job: Job) -> Fit:
-    """The verdict for ``job`` on ``job.gpus`` of ``gpu``: memory per GPU (bytes) and predicted speed."""
-    return Fit(model, gpu, job, memory(model, job), speed(model, gpu, job))
+    """The verdict for ``job`` on ``job.gpus`` devices of ``gpu`` (a multi-die card's dies each count as one):
+    memory per device (bytes) and predicted speed. Raises GpuflyError for what a real run would refuse."""
+    notes = check_job(model, gpu, job)
+    device = device_spec(gpu)
+    return Fit(model, device, job, memory(model, job), speed(model, device, job), card=gpu, notes=notes)
+
+
+def _runs(model: ModelSpec, job: Job) -> bool:
+    """Whether the engine would start the job at all (a tensor-parallel size the heads divide)."""
+    return not splits_tensors(job) or tensor_parallel_ok(model, job.gpus)
 
 
 @dataclass(frozen=True)
@@ -87,7 +132,7 @@ class Change:
 
 def largest(model: ModelSpec, gpu: GpuSpec, job: Job, field: str, upper: int) -> int | None:
     """The largest value of ``field`` (context or batch) in 1..upper that still fits, by bisection
-    (memory grows monotonically with both)."""
+    (memory grows monotonically with both); None when even 1 does not."""
     def ok(value: int) -> bool:
         return fit(model, gpu, job.with_(**{field: value})).fits
 
@@ -159,14 +204,16 @@ def _training_changes(model: ModelSpec, job: Job) -> Iterable[tuple[str, Job]]:
         yield "--batch 1", job.with_(batch=1)
 
 
-def _more_gpus(job: Job, gpu: GpuSpec) -> Iterable[tuple[str, Job]]:
-    """Tensor parallel for inference; for training ZeRO-3 (FSDP full_shard), which splits the weights:
-    data parallelism alone keeps a whole copy on every GPU."""
+def _more_gpus(model: ModelSpec, job: Job, gpu: GpuSpec) -> Iterable[tuple[str, Job]]:
+    """Tensor parallel for inference (at sizes the heads divide, where the engine splits tensors); for training
+    ZeRO-3 (FSDP full_shard), which splits the weights: data parallelism alone keeps a whole copy on every GPU."""
     for count in GPU_COUNTS:
         if count > job.gpus:
             zero = {"zero": 3} if job.training else {}
             flag = " --zero 3" if zero and job.zero != 3 else ""
-            yield f"--gpu {count}x{gpu.name.replace(' ', '')}{flag}", job.with_(gpus=count, **zero)
+            changed = job.with_(gpus=count, **zero)
+            if _runs(model, changed):
+                yield f"--gpu {count}x{gpu.name.replace(' ', '')}{flag}", changed
 
 
 def changes(current: Fit) -> list[Change]:
@@ -176,13 +223,13 @@ def changes(current: Fit) -> list[Change]:
     fitting (the smallest total) comes back alone, its ``fit.fits`` False, so the user learns how far
     the best single change still is.
     """
-    model, gpu, job = current.model, current.gpu, current.job
+    model, gpu, job = current.model, current.card, current.job
     candidates = list(_training_changes(model, job) if job.training else _inference_changes(model, job, gpu))
     if not current.fits and job.context > 1 and model.is_transformer:
         best = largest(model, gpu, job, "context", job.context)
         if best is not None:
             candidates.append((f"--ctx {best}", job.with_(context=best)))
-    candidates += _more_gpus(job, gpu)
+    candidates += _more_gpus(model, job, gpu)
     total = current.memory.total_bytes
     results = [change for change in (Change(text, fit(model, gpu, changed)) for text, changed in candidates)
                if change.fit.memory.total_bytes < total]
@@ -204,13 +251,16 @@ class Pick:
     unit: str
 
     @property
+    def watts(self) -> float | None:
+        return self.fit.gpu.tdp_w * self.fit.job.gpus if self.fit.gpu.tdp_w else None
+
+    @property
     def per_dollar(self) -> float | None:
         return self.throughput / self.price_usd if self.throughput and self.price_usd else None
 
     @property
     def per_watt(self) -> float | None:
-        watts = (self.fit.gpu.tdp_w or 0) * self.fit.job.gpus
-        return self.throughput / watts if self.throughput and watts else None
+        return self.throughput / self.watts if self.throughput and self.watts else None
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.fit.to_dict(), "price_usd": self.price_usd, "throughput": self.throughput,
@@ -231,11 +281,86 @@ PREFERENCES: dict[str, Callable[[Pick], float]] = {
     "cost": lambda p: p.per_dollar or 0.0,
     "power": lambda p: p.per_watt or 0.0,
 }
+TIE_BREAK = "price, then power, then memory headroom"
+"""The second key among setups the prediction cannot tell apart: cheaper, then less power, then more room."""
+
+
+def _tie_key(pick: Pick) -> tuple[bool, float, bool, float, float, str]:
+    """Cheaper first (unpriced last), then fewer watts (unknown last), then more free memory, then the name."""
+    price, watts = pick.price_usd, pick.watts
+    return (price is None, price or 0.0, watts is None, watts or 0.0, -pick.fit.free_bytes, pick.fit.gpu.name)
+
+
+def speed_error(job: Job) -> float:
+    """The relative error of a speed prediction for ``job``: the calibrated median for its engine."""
+    return SPEED_MEDIAN_ERROR["training" if job.training else engine(job.engine).name]
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The fitting setups, best first, and what the ranking cannot tell: ``groups`` are runs of picks (start, end
+    index, end excluded) whose predictions are within ``error`` of each other, ordered among themselves by
+    TIE_BREAK; ``engine_limit`` says when the engine, not the GPU, sets every speed."""
+
+    picks: list[Pick]
+    prefer: str
+    error: float
+    groups: tuple[tuple[int, int], ...] = ()
+    engine_limit: str | None = None
+
+    def tie_group(self, index: int) -> int | None:
+        """The number (from 1) of the near-tie group the pick at ``index`` belongs to, or None."""
+        return next((number for number, (start, end) in enumerate(self.groups, 1) if start <= index < end), None)
+
+    def to_dict(self, top: int | None = None) -> dict[str, Any]:
+        shown = self.picks[:top] if top else self.picks
+        return {"prefer": self.prefer, "error": self.error, "tie_break": TIE_BREAK,
+                "ties": [{"from": start + 1, "to": end, "count": end - start} for start, end in self.groups],
+                "engine_limit": self.engine_limit,
+                "picks": [{**pick.to_dict(), "tie_group": self.tie_group(index)} for index, pick in enumerate(shown)]}
+
+
+def _overlap(best: float, other: float, error: float) -> bool:
+    """Whether two predictions' ranges of +-error overlap."""
+    return other * (1 + error) >= best * (1 - error)
+
+
+def _rank(picks: list[Pick], key: Callable[[Pick], float], error: float) -> tuple[list[Pick], list[tuple[int, int]]]:
+    """Best first by ``key``; a run of picks within ``error`` of its first is one group, ordered by TIE_BREAK.
+    Picks without a prediction come last, by TIE_BREAK too."""
+    known = sorted((p for p in picks if key(p) > 0), key=key, reverse=True)
+    ordered: list[Pick] = []
+    groups: list[tuple[int, int]] = []
+    while known:
+        group = [p for p in known if _overlap(key(known[0]), key(p), error)]
+        known = known[len(group):]
+        if len(group) > 1:
+            groups.append((len(ordered), len(ordered) + len(group)))
+        ordered += sorted(group, key=_tie_key)
+    ordered += sorted((p for p in picks if key(p) <= 0), key=_tie_key)
+    return ordered, groups
+
+
+def _engine_limit(job: Job, picks: list[Pick]) -> str | None:
+    """A sentence when the fastest prediction waits on the host: no GPU can beat the engine's own floor, so the
+    engine, not the GPU, sets the speed of every setup that reaches it."""
+    fastest = max((p for p in picks if p.throughput), key=lambda p: p.throughput or 0.0, default=None)
+    floored = [p for p in picks if p.fit.speed.bound == HOST_BOUND]
+    if job.training or fastest is None or fastest.fit.speed.bound != HOST_BOUND or len(floored) < 2:
+        return None
+    runtime = engine(job.engine)
+    gguf = weight_format(job.quant).engine_family == "gguf"
+    better = "--engine llama.cpp" if gguf else "--engine vllm (or --engine llama.cpp --quant q4_k_m)"
+    per_token_ms = 1e3 * job.batch / (fastest.throughput or 1.0)
+    return (f"{runtime.display} is the limit, not the GPU: its eager decode launches each layer's kernels from "
+            f"the host, about {per_token_ms:.0f} ms a step for this model whatever the GPU, so {len(floored)} setups "
+            f"predict the same {fastest.throughput:,.0f} tok/s; {better} would separate them")
 
 
 def recommend(model: ModelSpec, job: Job, catalog: Iterable[GpuSpec], budget_usd: float | None = None,
-              max_gpus: int = 8, prefer: str = "speed") -> list[Pick]:
-    """For each GPU, the fewest of it (1, 2, 4, 8) that fit the job; ranked by ``prefer``."""
+              max_gpus: int = 8, prefer: str = "speed") -> Ranking:
+    """For each GPU, the fewest of it (1, 2, 4, 8 devices) that fit the job and that the engine would run;
+    ranked by ``prefer``, near-ties (within the prediction's error) broken by TIE_BREAK."""
     if prefer not in PREFERENCES:
         raise GpuflyError(f"unknown preference '{prefer}'", hint="--prefer speed, cost or power")
     if budget_usd is not None and budget_usd <= 0:
@@ -247,14 +372,17 @@ def recommend(model: ModelSpec, job: Job, catalog: Iterable[GpuSpec], budget_usd
     for gpu in catalog:
         for count in (c for c in GPU_COUNTS if c <= max_gpus):
             changed = job.with_(gpus=count, zero=3 if job.training and count > 1 else job.zero)
+            if not _runs(model, changed):
+                continue
             verdict = fit(model, gpu, changed)
             if not verdict.fits:
                 continue
-            price = gpu.launch_price_usd * count if gpu.launch_price_usd else None
+            price = verdict.gpu.launch_price_usd * count if verdict.gpu.launch_price_usd else None
             if budget_usd is not None and (price is None or price > budget_usd):
                 break
             throughput, unit = headline(verdict.speed, changed)
             picks.append(Pick(verdict, price, throughput, unit))
             break
-    key = PREFERENCES[prefer]
-    return sorted(picks, key=lambda p: (key(p) > 0, key(p)), reverse=True)
+    error = speed_error(job)
+    ordered, groups = _rank(picks, PREFERENCES[prefer], error)
+    return Ranking(ordered, prefer, error, tuple(groups), _engine_limit(job, ordered))

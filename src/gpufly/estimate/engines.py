@@ -112,7 +112,16 @@ TRAINING_BANDWIDTH_EFFICIENCY = 0.8
 """Share of the datasheet bandwidth elementwise training kernels reach."""
 ALLOCATOR_FRAGMENTATION = 0.05
 """Share added for the caching allocator's rounding and fragmentation (PyTorch rounds large
-blocks to 2 MiB; ROCm-Megatron models fragmentation as 7%)."""
+blocks to 2 MiB; ROCm-Megatron models fragmentation as 7%). PyTorch engines only: llama.cpp
+allocates its weights, KV cache and compute buffer as fixed ggml backend buffers, sized up front."""
+
+VRAM_MEDIAN_ERROR = 0.015
+"""Median error of the memory estimate against measured peaks (docs/calibration.md: 1.5% over the
+Qwen2.5 rows). A fit with less room than this share of its total is within the estimate's error."""
+SPEED_MEDIAN_ERROR: dict[str, float] = {"transformers": 0.06, "vllm": 0.11, "llama.cpp": 0.08, "training": 0.10}
+"""Median error of a speed prediction, per engine (decode tok/s on one GPU) and for training (samples/s), from
+`python benchmarks/estimate_accuracy.py` (docs/calibration.md). gpufly has no error range per prediction: two
+predictions whose ranges of +-this share overlap cannot be told apart, and `recommend` says so."""
 
 
 def engine(name: str) -> Engine:

@@ -15,6 +15,14 @@ OPTIMIZERS = ("adamw", "adamw8bit", "sgd", "sgd-momentum", "adafactor")
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 FSDP_STAGES = {"full_shard": 3, "shard_grad_op": 2, "no_shard": 0}
 """FSDP sharding strategies and the ZeRO stage each equals in memory (llm-analysis README)."""
+RECIPE_CHECKPOINTING: dict[str, tuple[bool, str]] = {
+    "qlora": (True, "PEFT's prepare_model_for_kbit_training turns it on (use_gradient_checkpointing=True, "
+                    "peft/utils/other.py), as the QLoRA recipe does"),
+    "lora": (True, "TRL's SFTConfig turns it on (gradient_checkpointing defaults to True in TRL 1.x, "
+                   "trl/trainer/sft_config.py)"),
+    "full": (False, "transformers' TrainingArguments leave it off (gradient_checkpointing=False)"),
+}
+"""Gradient checkpointing as each task's usual recipe sets it, and who sets it: the default of --checkpointing."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +69,7 @@ class Job:
     @classmethod
     def from_options(cls, spec: ModelSpec, *, task: str = "infer", quant: str | None = None, context: int = 4096,
                      batch: int = 1, kv_format: str = "fp16", engine: str | None = None, optimizer: str = "adamw",
-                     zero: int = 0, checkpointing: bool = False, lora_rank: int = 16, fp32: bool = False,
+                     zero: int = 0, checkpointing: bool | None = None, lora_rank: int = 16, fp32: bool = False,
                      lora_targets: str | None = None, fsdp: str | None = None,
                      gpu_memory_utilization: float = 0.9) -> Job:
         """The Job a person's options describe for ``spec``, as `gpufly fit` and `recommend` take them.
@@ -69,7 +77,8 @@ class Job:
         A GGUF file brings its own format (and llama.cpp for inference) as the defaults, and options the user gave
         win; ``fp32`` turns the default bf16 into fp32 and mixed precision off; an FSDP strategy is the ZeRO stage
         it equals in memory; ``lora_targets`` is a comma-separated list, checked against the model's own linear
-        layers (the default: those of DEFAULT_LORA_TARGETS the model has).
+        layers (the default: those of DEFAULT_LORA_TARGETS the model has); ``checkpointing`` None is the task's
+        recipe default (RECIPE_CHECKPOINTING: on for LoRA and QLoRA, off for full training).
         """
         from gpufly.estimate.engines import engine as check_engine
         from gpufly.estimate.formats import kv_bytes, weight_format
@@ -89,6 +98,8 @@ class Job:
             if fsdp.lower() not in FSDP_STAGES:
                 raise unknown_choice("FSDP strategy", fsdp, FSDP_STAGES)
             zero = FSDP_STAGES[fsdp.lower()]
+        if checkpointing is None:
+            checkpointing = task in RECIPE_CHECKPOINTING and RECIPE_CHECKPOINTING[task][0]
         targets = _target_list(lora_targets)
         if task in ("lora", "qlora"):
             targets = resolve_targets(spec, targets if lora_targets is not None else None)
@@ -105,6 +116,17 @@ class Job:
 
     def with_(self, **changes: Any) -> Job:
         return replace(self, **changes)
+
+    @property
+    def checkpointing_reason(self) -> str:
+        """Whether gradient checkpointing applies and why: the task's recipe default, or the option that overrode it."""
+        state = "on" if self.checkpointing else "off"
+        default, who = RECIPE_CHECKPOINTING[self.task]
+        if self.checkpointing == default:
+            return f"checkpointing {state}, the {self.task} recipe's default: {who}"
+        flag = "--checkpointing" if self.checkpointing else "--no-checkpointing"
+        usual = "on" if default else "off"
+        return f"checkpointing {state} by {flag}; the {self.task} recipe's default is {usual}: {who}"
 
 
 def _target_list(option: str | None) -> tuple[str, ...]:

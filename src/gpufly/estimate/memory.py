@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufly.errors import GpuflyError, unknown_choice
-from gpufly.estimate.engines import ALLOCATOR_FRAGMENTATION, ENGINES, Engine, engine
+from gpufly.estimate.engines import ALLOCATOR_FRAGMENTATION, ENGINES, GIB, Engine, engine
 from gpufly.estimate.formats import WeightFormat, kv_bytes, kv_key, same_format, weight_format
 from gpufly.estimate.job import DEFAULT_LORA_TARGETS, Job
 from gpufly.models.spec import ModelSpec
@@ -119,16 +119,36 @@ def _prefill_activation_bytes(spec: ModelSpec, tokens: int) -> int:
 
 
 def _llama_cpp_compute_buffer(spec: ModelSpec, context: int) -> int:
-    """ollama's GraphSize for llama-style models with full offload (llm/memory.go)."""
+    """llama.cpp's CUDA compute buffer with every layer offloaded, by ollama's GraphSize formula for llama-style
+    models (fs/ggml/ggml.go; llm/memory.go sums it per GPU): the attention scores of one n_batch of queries against
+    the whole context in fp32, 4 * n_batch * (1 + 4h + n_ctx * (1 + heads)), or the logits of a batch,
+    4 * n_batch * (h + vocab), whichever is larger. Llama-3-8B at n_ctx 8192: 560 MiB; without flash attention,
+    as llama-bench ran in the calibration rows (-fa 0, its default before 2025), this is the buffer llama.cpp
+    reserves."""
     h, heads, vocab = spec.hidden or 0, spec.heads or 0, spec.vocab or 0
     n = LLAMA_CPP_BATCH
     return max(4 * n * (1 + 4 * h + context * (1 + heads)), 4 * n * (h + vocab))
 
 
 def _context_items(items: list[MemoryItem], context_bytes: int, note: str) -> list[MemoryItem]:
+    """A PyTorch process's items: the caching allocator's share on top, then the CUDA context."""
     fragmentation = round(sum(item.bytes for item in items) * ALLOCATOR_FRAGMENTATION)
     return [*items, MemoryItem("allocator", fragmentation, f"{ALLOCATOR_FRAGMENTATION:.0%} rounding and "
                                "fragmentation"), MemoryItem("runtime", context_bytes, note)]
+
+
+def host_embedding_bytes(spec: ModelSpec, fmt: WeightFormat) -> int:
+    """Bytes of the token embedding llama.cpp keeps in host memory at any -ngl ("there is very little benefit to
+    offloading the input layer, so always keep it on the CPU", src/llama-model.cpp, dev_input): the whole table
+    when the model has its own LM head; none when the head is tied, since llama.cpp then loads a copy of the table
+    on the GPU as the output layer (TENSOR_DUPLICATED). Llama-3-8B F16: 1002 MiB, the "CPU buffer size" its log
+    prints."""
+    if spec.tie_embeddings or not spec.embedding_params:
+        return 0
+    if exact_bytes(spec, fmt) and spec.embedding_bytes is not None:
+        return spec.embedding_bytes
+    bits = 16 if fmt.keeps_embeddings_16bit else fmt.bits_per_weight
+    return round(spec.embedding_params * bits / 8)
 
 
 def _weights_note(spec: ModelSpec, fmt: WeightFormat) -> str:
@@ -183,9 +203,14 @@ def inference_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
     kv = kv_cache_bytes(spec, context, job.batch, job.kv_format)
     kv_split = 1 if spec.attention is None or spec.attention.kind == "mla" else min(tp, spec.attention.kv_heads or 1)
     notes: list[str] = []
+    weights_note = _weights_note(spec, fmt)
     if runtime.name == "llama.cpp":
         activations = _llama_cpp_compute_buffer(spec, context)
-        act_note = "compute buffer, ollama's GraphSize formula at n_batch 512"
+        act_note = f"compute buffer at n_ctx {context:,}, n_batch {LLAMA_CPP_BATCH} (ollama's GraphSize formula)"
+        on_host = host_embedding_bytes(spec, fmt)
+        if on_host:
+            weights -= on_host
+            weights_note += f"; the token embedding ({on_host / GIB:.2f} GiB) stays in host memory"
     elif spec.is_transformer:
         tokens = context * job.batch
         if runtime.name == "vllm":
@@ -196,7 +221,7 @@ def inference_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
         activations = round((spec.activation_bytes_per_sample or 0) * job.batch)
         act_note = "upper bound: the activations a training step saves, per sample x batch"
     items = [
-        MemoryItem("weights", weights // tp, _weights_note(spec, fmt) + (f", split over {tp} GPUs" if tp > 1 else "")),
+        MemoryItem("weights", weights // tp, weights_note + (f", split over {tp} GPUs" if tp > 1 else "")),
         MemoryItem("kv_cache", kv // kv_split, f"{job.batch} x {context:,} tokens at {job.kv_format}"),
         MemoryItem("activations", activations, act_note),
     ]
@@ -204,8 +229,12 @@ def inference_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
     if runtime.name == "vllm":
         notes.append(f"vLLM takes gpu_memory_utilization x VRAM ({job.gpu_memory_utilization:.0%}) at start "
                      "and fills what is left with KV cache blocks")
-    return MemoryBreakdown(tuple(_context_items(items, runtime.context_bytes, f"{runtime.name} CUDA context "
-                                                "and buffers")), gpus=tp, notes=tuple(notes))
+    runtime_note = f"{runtime.name} CUDA context and buffers"
+    if runtime.name == "llama.cpp":
+        return MemoryBreakdown((*items, MemoryItem("runtime", runtime.context_bytes, runtime_note)), gpus=tp,
+                               notes=tuple(notes))
+    return MemoryBreakdown(tuple(_context_items(items, runtime.context_bytes, runtime_note)), gpus=tp,
+                           notes=tuple(notes))
 
 
 def _adafactor_state_bytes(spec: ModelSpec) -> int:
@@ -336,8 +365,9 @@ def training_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
         items += _lora_items(spec, job)
     activations, how = training_activation_bytes(spec, job)
     items.append(MemoryItem("activations", activations, f"micro-batch {job.batch} x {job.context:,}: {how}"))
+    notes = (job.checkpointing_reason,) if spec.is_transformer else ()
     return MemoryBreakdown(tuple(_context_items(items, engine("transformers").context_bytes,
-                                                "PyTorch CUDA context")), gpus=n)
+                                                "PyTorch CUDA context")), gpus=n, notes=notes)
 
 
 def memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:

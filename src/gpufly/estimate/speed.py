@@ -101,8 +101,13 @@ def _kv_traffic(spec: ModelSpec, runtime: Engine) -> float:
     return 1.0 + runtime.kv_traffic_per_group * spec.heads / attention.kv_heads
 
 
-def decode_step_s(spec: ModelSpec, gpu: GpuSpec, job: Job, position: int) -> float:
-    """Seconds for one decode step of ``job.batch`` sequences at KV position ``position``."""
+HOST_BOUND = "host (the engine's per-layer launch time)"
+"""Speed.bound when a decode step waits on the host, not the GPU: the same tok/s on every GPU fast enough."""
+
+
+def decode_terms(spec: ModelSpec, gpu: GpuSpec, job: Job, position: int) -> tuple[dict[str, float], float]:
+    """The competing times of one decode step at KV position ``position`` (host floor, memory, compute; the step
+    takes the largest) and its fixed costs, in seconds."""
     fmt = weight_format(job.quant)
     runtime = engine(job.engine)
     layers = spec.layers or 1
@@ -115,7 +120,14 @@ def decode_step_s(spec: ModelSpec, gpu: GpuSpec, job: Job, position: int) -> flo
     cpu_floor = layers * runtime.cpu_s_per_layer * (runtime.quantized_cpu_factor if quantized else 1.0)
     tensor_parallel = layers * 2 * TP_ALLREDUCE_S if job.gpus > 1 and not runtime.splits_layers else 0.0
     fixed = runtime.step_overhead_s + layers * runtime.layer_overhead_s + tensor_parallel
-    return max(cpu_floor, memory_time, compute_time) + fixed
+    terms = {HOST_BOUND: cpu_floor, "memory bandwidth (decode)": memory_time, "compute (decode)": compute_time}
+    return terms, fixed
+
+
+def decode_step_s(spec: ModelSpec, gpu: GpuSpec, job: Job, position: int) -> float:
+    """Seconds for one decode step of ``job.batch`` sequences at KV position ``position``."""
+    terms, fixed = decode_terms(spec, gpu, job, position)
+    return max(terms.values()) + fixed
 
 
 def prefill_flops(spec: ModelSpec, tokens: int) -> float:
@@ -197,13 +209,13 @@ def inference_speed(spec: ModelSpec, gpu: GpuSpec, job: Job, prompt_tokens: int 
     if not spec.is_transformer or spec.kind != "decoder":
         return Speed(why="token speeds apply to decoder language models")
     prompt = prompt_tokens if prompt_tokens is not None else max(1, job.context // 2)
-    step = decode_step_s(spec, gpu, job, job.context)
+    terms, fixed = decode_terms(spec, gpu, job, job.context)
     prefill = prefill_s(spec, gpu, job, prompt)
     return Speed(
-        decode_tok_s=job.batch / step,
+        decode_tok_s=job.batch / (max(terms.values()) + fixed),
         prefill_tok_s=prompt * job.batch / prefill if prefill else None,
         time_to_first_token_s=prefill,
-        bound="memory bandwidth (decode)",
+        bound=max(terms, key=lambda name: terms[name]),
         why="" if prefill else f"no published dense tensor rate for the {gpu.name}: prefill unknown",
     )
 

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from gpufly.models.presets import presets
     from gpufly.models.resolve import load_model
-    from gpufly.models.spec import Attention, ModelSpec, MoE
+    from gpufly.models.spec import Attention, ModelSpec, MoE, RopeScaling
 
-_HOME = {"Attention": "spec", "ModelSpec": "spec", "MoE": "spec", "load_model": "resolve", "presets": "presets"}
+_HOME = {"Attention": "spec", "ModelSpec": "spec", "MoE": "spec", "RopeScaling": "spec", "load_model": "resolve",
+         "presets": "presets"}
 
-__all__ = ["Attention", "MoE", "ModelSpec", "load_model", "presets"]
+__all__ = ["Attention", "MoE", "ModelSpec", "RopeScaling", "load_model", "presets"]
 
 
 def __getattr__(name: str) -> Any:

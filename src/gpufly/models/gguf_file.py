@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpufly.errors import GpuflyError
 from gpufly.extras import require
-from gpufly.models.spec import Attention, ModelSpec, MoE
+from gpufly.models.spec import Attention, ModelSpec, MoE, RopeScaling
 
 if TYPE_CHECKING:
     from gguf import GGUFReader
@@ -236,12 +236,26 @@ def _spec(header: _Header, tensors: list[_Tensor], path: Path) -> ModelSpec:
         params=params, params_method="gguf header", active_params=active_params, layers=layers, hidden=hidden,
         heads=heads, intermediate=_per_layer(intermediate) if intermediate is not None else None,
         vocab=_vocab(header, arch, embedding), max_context=header.get(key("context_length")),
-        tie_embeddings="output.weight" not in by_name, gated_mlp=_gated(tensors),
+        rope_scaling=_rope_scaling(header, arch), tie_embeddings="output.weight" not in by_name,
+        gated_mlp=_gated(tensors),
         attention=_attention(header, arch, layers, hidden, heads), moe=moe,
         embedding_params=embedding.n_elements if embedding else 0,
         linear_params=linear_params, linear_shapes=linear_shapes,
         weight_bytes=sum(tensor.n_bytes for tensor in tensors), weight_format=_weight_format(header, tensors),
+        embedding_bytes=embedding.n_bytes if embedding else None,
     )
+
+
+def _rope_scaling(header: _Header, arch: str) -> RopeScaling | None:
+    """``{arch}.rope.scaling.type`` (none, linear, yarn, longrope), its factor and trained context, as llama.cpp's
+    converter writes them; None for "none" or where the file has no such key."""
+    kind = header.get(f"{arch}.rope.scaling.type")
+    if not isinstance(kind, str) or kind in ("none", ""):
+        return None
+    factor = header.get(f"{arch}.rope.scaling.factor")
+    original = header.get(f"{arch}.rope.scaling.original_context_length")
+    return RopeScaling(kind=kind, factor=float(factor) if isinstance(factor, int | float) and factor > 0 else None,
+                       original_context=int(original) if isinstance(original, int) and original > 0 else None)
 
 
 def _per_layer(value: Any) -> int:
@@ -340,7 +354,7 @@ def _linears(tensors: list[_Tensor]) -> tuple[dict[str, int], dict[str, tuple[in
             continue
         module = _LINEAR_NAMES[parsed[1]]
         params[module] += tensor.n_elements
-        shapes.setdefault(module, set()).add(tensor.shape[:2])
+        shapes.setdefault(module, set()).add((tensor.shape[0], tensor.shape[1]))
         counts[module] += math.prod(tensor.shape[2:])
     linear_shapes = {module: (*next(iter(seen)), counts[module])
                      for module, seen in shapes.items() if len(seen) == 1}

@@ -16,7 +16,7 @@ from typing import Any
 
 from gpufly.errors import GpuflyError
 from gpufly.jsonfile import read_json
-from gpufly.models.spec import Attention, ModelSpec, MoE
+from gpufly.models.spec import Attention, ModelSpec, MoE, RopeScaling
 
 LLAMA_STYLE = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "gemma",
                "gemma2", "gemma3_text", "phi3", "deepseek_v3", "deepseek_v2", "olmo2", "granite"}
@@ -193,6 +193,21 @@ def _moe_layout(c: Config, model_type: str, layers: int) -> tuple[int, int, int,
     return experts, active, shared, moe_layers, width
 
 
+def rope_scaling(data: dict[str, Any]) -> RopeScaling | None:
+    """The config's ``rope_scaling`` (transformers writes ``rope_type``; older configs ``type``), or None where it
+    is absent or declares no stretch ("default")."""
+    scaling = data.get("rope_scaling")
+    if not isinstance(scaling, dict):
+        return None
+    kind = scaling.get("rope_type") or scaling.get("type")
+    if not isinstance(kind, str) or kind == "default":
+        return None
+    factor = scaling.get("factor")
+    original = scaling.get("original_max_position_embeddings")
+    return RopeScaling(kind=kind, factor=float(factor) if isinstance(factor, int | float) and factor > 0 else None,
+                       original_context=original if isinstance(original, int) and original > 0 else None)
+
+
 def _decoder(c: Config, model_type: str, name: str, source: str, gated: bool = True) -> ModelSpec:
     h, layers, vocab = c.need("hidden_size"), c.need("num_hidden_layers"), c.need("vocab_size")
     dense_width = c.need("intermediate_size")
@@ -245,7 +260,8 @@ def _decoder(c: Config, model_type: str, name: str, source: str, gated: bool = T
         name=name, kind="decoder", source=source, params=params, params_method="closed form (config.json)",
         active_params=params - active_delta if moe else None, layers=layers, hidden=h,
         heads=c.need("num_attention_heads"), intermediate=dense_width, vocab=vocab,
-        max_context=c.get("max_position_embeddings"), tie_embeddings=tie, gated_mlp=gated,
+        max_context=c.get("max_position_embeddings"), rope_scaling=rope_scaling(c.data), tie_embeddings=tie,
+        gated_mlp=gated,
         attention=attention, moe=moe, embedding_params=embedding,
         linear_params={n: i * o * count for n, (i, o, count) in shapes.items()}, linear_shapes=shapes,
     )

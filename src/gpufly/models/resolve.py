@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
+from typing import Any
 
 from gpufly.errors import GpuflyError
 from gpufly.models.hf_config import load_config_file, spec_from_config
@@ -46,8 +48,8 @@ def _generic(data: dict, name: str, source: str, where: str) -> ModelSpec:
 
     built = build_on_meta(data, where)
     spec = spec_from_generic_config(data, name=name, source=source, where=where, gated=built.gated_mlp)
-    linears = ({"linear_shapes": built.linear_shapes, "linear_params": built.linear_params}
-               if built.linear_params else {})
+    linears: dict[str, Any] = ({"linear_shapes": built.linear_shapes, "linear_params": built.linear_params}
+                               if built.linear_params else {})
     return dataclasses.replace(spec, params=built.params, active_params=None,
                                params_method="meta device (transformers)", **linears)
 
@@ -64,8 +66,25 @@ def _known(data: dict, name: str, source: str, where: str, exact: bool) -> Model
     return spec
 
 
+HF_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+"""A Hugging Face repo id, owner/name (huggingface_hub's validate_repo_id allows letters, digits, '-', '_', '.');
+one that names no local file is looked up in the Hugging Face cache."""
+
+
+def cached_hf_config(repo_id: str) -> Path | None:
+    """The config.json of ``repo_id`` in the local Hugging Face cache (huggingface_hub.try_to_load_from_cache, no
+    network), or None where huggingface_hub is not installed or the file was never downloaded."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    found = try_to_load_from_cache(repo_id, "config.json")
+    return Path(found) if isinstance(found, str) else None
+
+
 def load_model(ref: str, exact: bool = False) -> ModelSpec:
-    """Resolve ``ref``: a .gguf file, a config.json or folder, module:function, or a preset name.
+    """Resolve ``ref``: a .gguf file, a config.json or folder, module:function, a preset name, or a Hugging Face
+    repo id whose config.json is in the local Hugging Face cache.
 
     ``exact`` asks for a meta-device count through transformers for config-based models (slower
     to start; presets are checked against their published counts by the tests instead).
@@ -83,6 +102,15 @@ def load_model(ref: str, exact: bool = False) -> ModelSpec:
         from gpufly.models.torch_factory import spec_from_factory
 
         return spec_from_factory(ref)
+    if find_preset(ref) is None and HF_REPO_ID.fullmatch(ref) and not ref.endswith(".json"):
+        cached = cached_hf_config(ref)
+        if cached is None:
+            raise GpuflyError(f"'{ref}' is neither a preset nor a local file, and its config.json is not in the "
+                              "Hugging Face cache (gpufly reads no network)",
+                              hint=f"fetch it with `huggingface-cli download {ref} config.json` (then run this again), "
+                              f"or save https://huggingface.co/{ref}/raw/main/config.json and give its path")
+        return from_config(load_config_file(cached), name=ref.rpartition("/")[2], source=f"hf-cache:{ref}",
+                           where=f"{ref} (Hugging Face cache: {cached})", exact=exact)
     if ref.endswith(".json") or ("/" in ref and not find_preset(ref)):
         raise GpuflyError(f"no such file: {ref}", hint="give a config.json, a folder holding one, or a preset name")
     preset = get_preset(ref)

@@ -40,6 +40,24 @@ class MoE:
 
 
 @dataclass(frozen=True)
+class RopeScaling:
+    """The RoPE scaling a config declares (``rope_scaling`` in config.json, ``rope.scaling.*`` in GGUF): how the
+    model stretches its positions past the context it was trained at. ``kind`` is the rope_type (linear, dynamic,
+    yarn, llama3, longrope...), ``factor`` the stretch, ``original_context`` the trained length when given."""
+
+    kind: str
+    factor: float | None = None
+    original_context: int | None = None
+
+    @property
+    def described(self) -> str:
+        """'yarn, factor 4 over 32,768 trained tokens' for messages."""
+        factor = f", factor {self.factor:g}" if self.factor else ""
+        trained = f" over {self.original_context:,} trained tokens" if self.original_context else ""
+        return f"{self.kind}{factor}{trained}"
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """A model as the memory and speed estimators see it.
 
@@ -59,6 +77,9 @@ class ModelSpec:
     intermediate: int | None = None
     vocab: int | None = None
     max_context: int | None = None
+    """max_position_embeddings (or the GGUF context_length): the longest context the model takes."""
+    rope_scaling: RopeScaling | None = None
+    """The RoPE scaling the config declares, if any: a context past max_context is then a warning, not an error."""
     tie_embeddings: bool = False
     gated_mlp: bool = True
     attention: Attention | None = None
@@ -74,6 +95,8 @@ class ModelSpec:
     """Exact weight bytes when a file states them (GGUF), else None: computed from the format."""
     weight_format: str | None = None
     """The format those bytes are in (e.g. Q4_K_M), when the source fixes it."""
+    embedding_bytes: int | None = None
+    """Exact bytes of the token embedding table when a file states them (GGUF), in ``weight_format``."""
     forward_flops_per_sample: float | None = None
     """Measured (FlopCounterMode) forward FLOPs for one sample, for non-transformers."""
     activation_bytes_per_sample: float | None = None

@@ -17,6 +17,9 @@ CONTEXT = 8192
 
 @dataclass(frozen=True)
 class ModelFitRow:
+    """One model and job on one GPU type; ``decode_tok_s`` is None where the job does not fit (a speed there would
+    be hypothetical, and a report row is read as what the machine does)."""
+
     model: str
     quant: str
     engine: str
@@ -44,5 +47,6 @@ def model_fit_rows(gpus: list[tuple[GpuSpec, int]], models: tuple[str, ...] = DE
             for quant, engine in DEFAULT_JOBS:
                 verdict = fit(spec, gpu, Job(quant=quant, engine=engine, context=CONTEXT, gpus=count))
                 rows.append(ModelFitRow(spec.name, quant, engine, gpu.name, count, verdict.fits,
-                                        verdict.memory.total_bytes, verdict.speed.decode_tok_s))
+                                        verdict.memory.total_bytes,
+                                        verdict.speed.decode_tok_s if verdict.fits else None))
     return rows

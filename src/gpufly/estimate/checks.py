@@ -1,0 +1,102 @@
+"""What a real run would refuse, checked before any estimate: a context past the model's maximum, a
+tensor-parallel size the heads do not divide, and a multi-die card taken as one device.
+
+A refusal is a GpuflyError (one `error:` line and a hint); what a run would accept with a caveat (a context
+stretched by the config's RoPE scaling, one die of a two-die card) comes back as a note for the verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from gpufly.catalog.spec import RATE_FIELDS, GpuSpec
+from gpufly.errors import GpuflyError
+from gpufly.estimate.engines import engine
+from gpufly.estimate.job import Job
+from gpufly.models.spec import ModelSpec
+
+
+def context_note(model: ModelSpec, job: Job) -> str | None:
+    """None when the context is within the model's maximum; a warning when it is beyond it and the config declares
+    RoPE scaling (the run goes on, quality past the trained length is the scaling's); else a GpuflyError, as the
+    model's position embeddings or RoPE tables end there."""
+    limit = model.max_context
+    if limit is None or job.context <= limit:
+        return None
+    if model.rope_scaling is not None:
+        return (f"--ctx {job.context:,} is beyond {model.name}'s max_position_embeddings ({limit:,}); its config "
+                f"declares RoPE scaling ({model.rope_scaling.described}), so the estimate goes on, but quality past "
+                "that length is not the model's published one")
+    raise GpuflyError(f"--ctx {job.context:,} is beyond {model.name}'s maximum context of {limit:,} tokens "
+                      "(max_position_embeddings), and its config declares no RoPE scaling to stretch it",
+                      hint=f"use --ctx {limit} or less, or --max-ctx for the longest context that fits")
+
+
+def splits_tensors(job: Job) -> bool:
+    """Whether the job splits each layer's matrices across its GPUs (vLLM's tensor parallelism), where the heads
+    must divide; transformers' device_map and llama.cpp split whole layers, and training here is data parallel."""
+    return job.gpus > 1 and not job.training and not engine(job.engine).splits_layers
+
+
+def tensor_parallel_ok(model: ModelSpec, size: int) -> bool:
+    """vLLM's rule (ModelConfig.verify_with_parallel_config and QKVParallelLinear): the attention heads divide
+    by the size; KV heads divide by it, or, when there are fewer KV heads than GPUs, the size divides by them
+    (each KV head is then replicated)."""
+    heads = model.heads
+    if not heads or model.attention is None:
+        return True
+    if heads % size:
+        return False
+    kv_heads = model.attention.kv_heads if model.attention.kind == "mha" else 0
+    if not kv_heads:
+        return True
+    return kv_heads % size == 0 if size <= kv_heads else size % kv_heads == 0
+
+
+def tensor_parallel_sizes(model: ModelSpec) -> list[int]:
+    """Every tensor-parallel size the model's heads allow, up to its head count."""
+    return [size for size in range(1, (model.heads or 1) + 1) if tensor_parallel_ok(model, size)]
+
+
+def check_tensor_parallel(model: ModelSpec, job: Job) -> None:
+    """Refuse a tensor-parallel size the engine would refuse, naming the sizes that work."""
+    if not splits_tensors(job) or tensor_parallel_ok(model, job.gpus):
+        return
+    assert model.attention is not None
+    kv = f" and {model.attention.kv_heads} KV heads" if model.attention.kind == "mha" else ""
+    sizes = ", ".join(map(str, tensor_parallel_sizes(model)))
+    raise GpuflyError(f"{engine(job.engine).display} cannot split {model.name}'s {model.heads} attention heads{kv} "
+                      f"across {job.gpus} GPUs (tensor parallelism needs the size to divide them)",
+                      hint=f"tensor-parallel sizes that work: {sizes}; or --engine llama.cpp, which splits layers")
+
+
+def device_spec(gpu: GpuSpec) -> GpuSpec:
+    """The one device software sees: a card of ``dies`` dies (an MI250X's two GCDs) is that many devices, each
+    with its share of the memory, bandwidth, compute, power and price; a one-die card is itself."""
+    if gpu.dies <= 1:
+        return gpu
+    share: dict[str, Any] = {name: getattr(gpu, name) / gpu.dies for name in
+                             (*RATE_FIELDS, "vram_gib", "memory_bandwidth_gbps", "tdp_w", "launch_price_usd")
+                             if getattr(gpu, name) is not None}
+    if gpu.memory_bus_bits:
+        share["memory_bus_bits"] = gpu.memory_bus_bits // gpu.dies
+    return replace(gpu, dies=1, **share)
+
+
+def die_note(gpu: GpuSpec, count: int) -> str | None:
+    """What a count of a multi-die card means: devices (dies), not cards."""
+    if gpu.dies <= 1:
+        return None
+    device = device_spec(gpu)
+    cards = count / gpu.dies
+    shown = f"{cards:g} card" + ("" if cards == 1 else "s")
+    return (f"the {gpu.name} is {gpu.dies} devices to the software (one per die, each {device.vram_gib:g} GiB and "
+            f"{device.memory_bandwidth_gbps:,.0f} GB/s): --gpu counts devices, so {count} is {shown}; "
+            f"--gpu {gpu.dies}x{gpu.name.replace(' ', '')} is the whole card")
+
+
+def check_job(model: ModelSpec, gpu: GpuSpec, job: Job) -> tuple[str, ...]:
+    """Refuse what a real run would refuse; the notes for what it would run with a caveat."""
+    check_tensor_parallel(model, job)
+    return tuple(note for note in (context_note(model, job), die_note(gpu, job.gpus)) if note)
