@@ -91,14 +91,23 @@ class SampleLog:
         self.rotate_bytes = rotate_bytes
         self.keep = keep
         self.lines_written = 0
+        self.torn_bytes_dropped = 0  # an unfinished last line cut when the file was opened
         self._fd = self._open()
 
     def _open(self) -> int:
+        """Open for appending; a last line cut short (a kill or a full disk mid-write) is cut off first, so the
+        next sample starts on a line of its own instead of being glued onto half a sample."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         except OSError as exc:
             raise GpuflyError(f"cannot write {self.path}: {exc.strerror}", "choose a folder you can write to") from None
+        try:
+            self.torn_bytes_dropped += drop_torn_tail(fd)
+        except OSError as exc:
+            os.close(fd)
+            raise self._failed(exc) from None
+        return fd
 
     def _size(self) -> int:
         return os.fstat(self._fd).st_size
@@ -152,6 +161,36 @@ class SampleLog:
             os.close(fd)
         except OSError as exc:
             raise self._failed(exc) from None
+
+
+TAIL_CHUNK = 4096
+
+
+def drop_torn_tail(fd: int) -> int:
+    """Cut a regular file back to its last newline when it does not end with one; the bytes cut (0 when whole).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryFile() as f:
+    ...     _ = f.write(b'{"a": 1}\\n{"a": 2')
+    ...     f.flush()
+    ...     drop_torn_tail(f.fileno()), os.pread(f.fileno(), 100, 0)
+    (7, b'{"a": 1}\\n')
+    """
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return 0
+    end = size
+    while end > 0:
+        start = max(0, end - TAIL_CHUNK)
+        newline = os.pread(fd, end - start, start).rfind(b"\n")
+        if newline >= 0:
+            keep = start + newline + 1
+            break
+        end = start
+    else:
+        keep = 0
+    os.ftruncate(fd, keep)
+    return size - keep
 
 
 def _number(text: str) -> Any:
