@@ -88,6 +88,13 @@ def test_a_bad_profile_file_is_one_line_in_the_report(cli, tmp_path: Path, text:
     ('{"schema_version": 1, "steps": ["x"]}', r'steps\[0\] must be an object, got "x"'),
     ('{"schema_version": 1, "steps": [], "settings": {"device": "cpu"}, "gpu": [3]}', r"gpu\[0\] must be an object"),
     ('{"schema_version": 1, "steps": [{"index": 0, "wall_s": "1"}]}', r"steps\[0\]\.wall_s must be a number"),
+    ('{"schema_version": 1, "steps": [{"index": 0, "wall_s": null}]}', r"steps\[0\]\.wall_s must be a number"),
+    ('{"schema_version": 1, "steps": [{"index": 0, "wall_s": NaN}]}', r"steps\[0\]\.wall_s .* got NaN"),
+    ('{"schema_version": 1, "steps": [{"index": 0, "wall_s": 1e400}]}', r"steps\[0\]\.wall_s .* got Infinity"),
+    ('{"schema_version": 1, "steps": [{"index": 0, "wall_s": 0.1, "data_wait_s": -1}]}',
+     r"steps\[0\]\.data_wait_s .* zero or more, got -1"),
+    ('{"schema_version": 1, "steps": [{"index": 0, "wall_s": 0.1, "syncs": -2}]}',
+     r"steps\[0\]\.syncs .* zero or more, got -2"),
 ])
 def test_a_profile_file_of_the_wrong_shape_is_a_one_line_error_naming_the_field(tmp_path: Path, text: str,
                                                                                 message: str) -> None:

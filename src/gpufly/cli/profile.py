@@ -1,4 +1,9 @@
-"""`gpufly profile`: run a script or an entry point with the profiler attached, then say what holds it back."""
+"""`gpufly profile`: run a script or an entry point with the profiler attached, then say what holds it back.
+
+Everything after the target belongs to the target, as `python -m cProfile`, `py-spy` and `torchrun` read their
+lines: `gpufly profile --save run.json train.py --save ckpt.pt` saves the profile to run.json and hands
+``--save ckpt.pt`` to the script. gpufly's own options go before the target.
+"""
 
 from __future__ import annotations
 
@@ -11,17 +16,27 @@ from gpufly.cli.paths import check_writable
 from gpufly.errors import GpuflyError
 from gpufly.extras import require
 
+profile = typer.Typer(add_completion=False)
+"""The command, as an app of one command so that it carries its own parsing rule: options stop at the target."""
 
-def profile(
+
+@profile.command(name="profile", context_settings={"allow_interspersed_args": False})
+def run_profile(
     target: Annotated[str, typer.Argument(help="path/train.py, or module:function (file.py:function).")],
-    args: Annotated[list[str] | None, typer.Argument(help="Arguments for the script.")] = None,
+    args: Annotated[list[str] | None, typer.Argument(help="Arguments for the script, all of them passed on as "
+                                                          "given (its own --help, --save, --verbose too).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary and measurements as JSON.")] = False,
     html: Annotated[Path | None, typer.Option(help="Also write an HTML page with the step-time chart.")] = None,
     save: Annotated[Path | None, typer.Option(help="Write the measurements (for `gpufly report --profile`).")] = None,
     trace: Annotated[int, typer.Option(help="Summarize a torch.profiler window of this many steps.")] = 0,
     warmup: Annotated[int, typer.Option(help="Steps left out of the statistics.")] = 3,
 ) -> None:
-    """Profile a training or inference script without changing it; exits with the script's own exit code."""
+    """Profile a training or inference script without changing it; exits with the script's own exit code.
+
+    gpufly's options go before the script, everything after it is the script's (its own --help too).
+
+    SIGTERM and Ctrl-C stop the script; what was measured is still reported and saved (exit 143 and 130).
+    """
     if warmup < 0 or trace < 0:
         raise GpuflyError("--warmup and --trace must be zero or more", "for example --warmup 3 --trace 5")
     for option, path in (("--html", html), ("--save", save)):
@@ -40,3 +55,20 @@ def profile(
         exc.exit_code = code or exc.exit_code  # a failed script's own code still wins
         raise
     raise typer.Exit(code)
+
+
+def target_at(args: list[str]) -> int:
+    """Where the target stands in the arguments after ``profile`` (their length when there is none): what comes
+    before it is gpufly's, the rest the script's. For the root command, which reads ``--verbose`` itself."""
+    command = typer.main.get_command(profile)
+    options = [param for param in command.params if param.param_type_name == "option"]
+    takes_value = {name for option in options if not option.is_flag for name in option.opts}  # type: ignore[attr-defined]
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg == "--":
+            return index + 1
+        if not arg.startswith("-") or arg == "-":
+            return index
+        index += 2 if arg in takes_value else 1
+    return len(args)

@@ -3,13 +3,17 @@
 Every DataLoader the code iterates goes through the profiler's timed iterator, and every optimizer
 step (torch's global step hooks) marks the end of a step; an inference loop without an optimizer
 gets one step per batch. The code runs in this process, as ``python script.py`` would run it, so a
-crash leaves the measurements up to it, and its exit code is kept.
+crash leaves the measurements up to it, and its exit code is kept. SIGTERM stops it as Ctrl-C does: the
+measurements are kept and the exit code is the shell's for the signal (143; 130 for Ctrl-C).
 """
 
 from __future__ import annotations
 
+import os
 import runpy
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, redirect_stdout
@@ -74,8 +78,60 @@ def _print_user_traceback(exc: BaseException) -> None:
     traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
 
 
+class Stopped(BaseException):
+    """A stop signal (SIGTERM, as systemd, Kubernetes and `kill` send) turned into an exception in the script, so
+    that the run ends as after Ctrl-C: the measurements kept, the script's ``finally`` blocks run. A BaseException,
+    so the script's ``except Exception`` does not swallow it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.exit_code = 128 + signum
+        """The shell's code for a process ended by this signal (143 for SIGTERM)."""
+
+
+@contextmanager
+def stop_signals_raise() -> Iterator[None]:
+    """SIGTERM raises ``Stopped`` in the main thread while the block runs (Python already turns SIGINT into
+    KeyboardInterrupt); the previous handler is put back after. Elsewhere than the main thread (where signal
+    handlers cannot be set) the block runs as it is. A process forked inside the block keeps the signal's default
+    action. After a stop, the children's deaths are no longer errors: SIGCHLD is left at its default, as the
+    process is ending."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    owner = os.getpid()
+
+    def raise_stopped(signum: int, frame: object) -> None:
+        if os.getpid() != owner:  # a forked child (a DataLoader worker) dies of the signal, as it would unprofiled
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        # The stop reaches the whole process group too (systemd, `kill -- -PID`), so the script's DataLoader workers
+        # die of it; torch's SIGCHLD handler would report that as an error in the middle of saving the profile.
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        raise Stopped(signum)
+
+    previous = signal.signal(signal.SIGTERM, raise_stopped)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _exit_code(exc: SystemExit) -> int:
+    """The code ``python script.py`` ends with for this SystemExit; a message (``sys.exit("msg")``) goes to stderr,
+    as Python prints it, and is code 1."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
 def run(target: str, args: list[str], profiler: Profiler, quiet_stdout: bool = False) -> int:
-    """Run the target under the profiler; returns its exit code (0, its SystemExit code, 1 on an exception).
+    """Run the target under the profiler; returns its exit code (0, its SystemExit code, 1 on an exception, 130 on
+    Ctrl-C, 143 on SIGTERM).
 
     ``quiet_stdout`` sends the code's own prints to stderr, so `--json` output stays one document.
     """
@@ -87,14 +143,17 @@ def run(target: str, args: list[str], profiler: Profiler, quiet_stdout: bool = F
     code: int = 0
     crash: BaseException | None = None
     try:
-        with attached(profiler), redirect_stdout(sys.stderr) if quiet_stdout else nullcontext():
+        with stop_signals_raise(), attached(profiler), \
+                redirect_stdout(sys.stderr) if quiet_stdout else nullcontext():
             call()
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        code = _exit_code(exc)
         if code:
             crash = exc
     except KeyboardInterrupt as exc:
         code, crash = 130, exc
+    except Stopped as exc:
+        code, crash = exc.exit_code, exc
     except Exception as exc:  # the user's code failed: show its traceback, keep what was measured
         _print_user_traceback(exc)
         code, crash = 1, exc

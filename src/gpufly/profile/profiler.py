@@ -92,7 +92,7 @@ class Profiler:
         """Stop measuring (restores everything it wrapped); the partial step is kept if it did work."""
         self.steps.commit_marker()
         if crash is not None:
-            self.data.crash = f"{type(crash).__name__}: {crash}"
+            self.data.crash = f"{type(crash).__name__}: {crash}" if str(crash) else type(crash).__name__
         if self._active:
             self._stop()
         self._apply_loader_settings()

@@ -7,6 +7,7 @@ reads, and nothing here needs torch.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -14,34 +15,52 @@ from typing import Any
 
 from gpufly.errors import GpuflyError
 from gpufly.jsonfile import read_json
+from gpufly.records import checked, shown
 from gpufly.records import from_dict as typed_from_dict
 
 SCHEMA_VERSION = 1
+
+
+def _seconds(value: float) -> None:
+    if not (math.isfinite(value) and value >= 0):
+        raise GpuflyError(f"a time must be a finite number of seconds, zero or more, got {shown(value)}",
+                          "write the file again with `gpufly profile train.py --save profile.json`")
+
+
+def _count(value: int) -> None:
+    if value < 0:
+        raise GpuflyError(f"a count must be zero or more, got {value}",
+                          "write the file again with `gpufly profile train.py --save profile.json`")
+
+
+SECONDS = checked(_seconds)
+"""A measured time: a file with a NaN, infinite or negative one would be reported as if it were measured."""
+COUNT = checked(_count)
 
 
 @dataclass
 class StepRecord:
     """One step: from the end of the previous step (or the first fetch) to the end of this one."""
 
-    index: int
-    wall_s: float
-    data_wait_s: float = 0.0
+    index: int = field(metadata=COUNT)
+    wall_s: float = field(metadata=SECONDS)
+    data_wait_s: float = field(default=0.0, metadata=SECONDS)
     """Time blocked in the DataLoader's ``next()`` for this step's batch."""
-    forward_s: float | None = None
-    backward_s: float | None = None
+    forward_s: float | None = field(default=None, metadata=SECONDS)
+    backward_s: float | None = field(default=None, metadata=SECONDS)
     """From the end of the forward pass to the optimizer step: the backward pass and the loss."""
-    optimizer_s: float | None = None
-    h2d_s: float = 0.0
+    optimizer_s: float | None = field(default=None, metadata=SECONDS)
+    h2d_s: float = field(default=0.0, metadata=SECONDS)
     """Time in ``Tensor.to``/``.cuda`` calls that moved data from the host to the GPU."""
-    syncs: int = 0
+    syncs: int = field(default=0, metadata=COUNT)
     """Calls that make the host wait for the device: ``.item()``, ``.tolist()``, ``.cpu()``/``.numpy()`` of a
     GPU tensor, ``torch.cuda.synchronize()``."""
-    sync_gap_s: float | None = None
+    sync_gap_s: float | None = field(default=None, metadata=SECONDS)
     """Median CPU-side time between consecutive syncs in the step (from its start to the first, then between);
     short gaps mean the host keeps stopping to wait instead of queuing work ahead."""
-    memory_bytes: int | None = None
+    memory_bytes: int | None = field(default=None, metadata=COUNT)
     """Peak GPU memory allocated during the step (CUDA), or the process RSS at its end (CPU)."""
-    batch_size: int | None = None
+    batch_size: int | None = field(default=None, metadata=COUNT)
     warmup: bool = False
 
 
