@@ -149,7 +149,10 @@ def test_port_in_use_is_one_line_with_a_hint(cli) -> None:
                                                (["--interval", "nan"], "at most 3600 seconds"),
                                                (["--port", "70000"], "--port must be between 0 and 65535"),
                                                (["--history", "1"], "--history must be at least 2"),
-                                               (["--host", ""], "--host is empty")])
+                                               (["--host", ""], "--host is empty"),
+                                               (["--allow-host", " "], "--allow-host is empty"),
+                                               (["--allow-host", "http://dash.example:9400"],
+                                                "--allow-host takes a host name")])
 def test_bad_options_are_one_line(cli, args: list[str], message: str) -> None:
     done = cli("serve", *args, env=nvml_env("hw/no_driver.json"))
     assert done.code == 2 and message in done.stderr and "Traceback" not in done.stderr

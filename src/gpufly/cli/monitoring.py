@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import signal
+from collections.abc import Callable
 from types import FrameType
 
 from gpufly.errors import GpuflyError
@@ -37,19 +38,13 @@ class Stop(Exception):
     """Raised from the signal handler so a `kill` ends the loop the way Ctrl-C does."""
 
 
-class StopSignals:
-    """SIGTERM and SIGINT end the loop, but never between writing a sample and counting it.
-
-    A signal that arrives while a sample is being written is held until the write is done, so
-    the closing "wrote N samples" always matches the file.
-    """
+class _OnStopSignals:
+    """Installs ``_handle`` for SIGTERM and SIGINT for the ``with`` block, then puts back what was there."""
 
     def __init__(self) -> None:
-        self.writing = False
-        self.pending = False
         self._previous: dict[int, object] = {}
 
-    def __enter__(self) -> StopSignals:
+    def __enter__(self) -> _OnStopSignals:
         for signum in (signal.SIGTERM, signal.SIGINT):
             self._previous[signum] = signal.signal(signum, self._handle)
         return self
@@ -57,6 +52,26 @@ class StopSignals:
     def __exit__(self, *exc: object) -> None:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)  # type: ignore[arg-type]
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        raise NotImplementedError
+
+
+class StopSignals(_OnStopSignals):
+    """SIGTERM and SIGINT end the loop, but never between writing a sample and counting it.
+
+    A signal that arrives while a sample is being written is held until the write is done, so
+    the closing "wrote N samples" always matches the file.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writing = False
+        self.pending = False
+
+    def __enter__(self) -> StopSignals:
+        super().__enter__()
+        return self
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.writing:
@@ -71,3 +86,19 @@ class StopSignals:
         self.writing = False
         if self.pending:
             raise Stop
+
+
+class SignalsCall(_OnStopSignals):
+    """SIGTERM and SIGINT call ``stop`` (which must only set a flag) instead of raising anything.
+
+    For `gpufly serve`: its main thread runs socketserver's loop, which catches every Exception around
+    each request to keep serving, so a ``Stop`` raised from the handler was taken for a failed request
+    (a traceback per signal, and the server went on). The loop checks the flag between requests instead.
+    """
+
+    def __init__(self, stop: Callable[[], None]) -> None:
+        super().__init__()
+        self._stop = stop
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self._stop()

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from gpufly.cli.monitoring import Stop, StopSignals, check_history, check_interval
+from gpufly.cli.monitoring import SignalsCall, check_history, check_interval
 from gpufly.cli.render import error_console
 from gpufly.errors import GpuflyError
 from gpufly.extras import require
@@ -22,20 +22,25 @@ def serve(
     replay: Annotated[Path | None, typer.Option(help="Serve a recording (from `gpufly watch`) instead.")] = None,
     show_cmdline: Annotated[bool, typer.Option("--show-cmdline", help="Include process command lines.")] = False,
     history: Annotated[int, typer.Option(help="Samples of history kept per metric for the charts.")] = 600,
+    allow_host: Annotated[list[str] | None, typer.Option(
+        "--allow-host", metavar="NAME",
+        help="Also answer requests addressed to NAME (a DNS name this machine is reached by); repeatable; "
+             "'*' answers any name. Addresses, localhost and this machine's hostnames always are.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the URLs and settings as JSON at start.")] = False,
 ) -> None:
-    """Serve Prometheus metrics (DCGM-exporter names) and a live web dashboard; read-only, until Ctrl-C."""
+    """Serve Prometheus metrics (DCGM-exporter names) and a live web dashboard; read-only, until Ctrl-C or SIGTERM."""
     check_interval(interval)
     check_history(history)
     if not host.strip():
         raise GpuflyError("--host is empty", hint="--host 127.0.0.1 for this machine only, --host 0.0.0.0 for all")
+    allowed_hosts = tuple(_check_allowed_host(name) for name in allow_host or ())
     require("prometheus_client", "gpufly serve")
     from gpufly.monitor import open_backend
     from gpufly.monitor.format import no_gpu_line
     from gpufly.monitor.server import MonitorServer, ServeConfig, WallClock
 
     config = ServeConfig(host=host, port=port, interval_s=interval, show_cmdline=show_cmdline, history=history,
-                         source="replay" if replay else "live")
+                         source="replay" if replay else "live", allowed_hosts=allowed_hosts)
     backend = open_backend(replay, loop=True)
     try:
         server = MonitorServer(WallClock(backend) if replay else backend, config)
@@ -43,8 +48,10 @@ def serve(
         backend.close()
         raise
     try:
-        with StopSignals():
+        with SignalsCall(server.stop):
             first = server.start()
+            if first is None:
+                return
             line = no_gpu_line(first)
             if line:
                 error_console().print(line, markup=False)
@@ -55,7 +62,16 @@ def serve(
                 print(f"serving {server.url} (dashboard) and {server.url}metrics (Prometheus); Ctrl-C stops",
                       flush=True)
             server.serve_forever()
-    except (KeyboardInterrupt, Stop):
-        pass
     finally:
         server.close()
+
+
+def _check_allowed_host(name: str) -> str:
+    """A bare DNS name (or ``*``): a port or a URL would never equal a Host header's name, and allow nothing.
+
+    An empty one is refused before this, as every empty option is (``refuse_empty_values``)."""
+    name = name.strip()
+    if name != "*" and any(char in name for char in ":/[]@ "):
+        raise GpuflyError(f"--allow-host takes a host name, not {name!r}",
+                          "give the name alone, without a scheme or port: --allow-host gpu-node-1.example.com")
+    return name

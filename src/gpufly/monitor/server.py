@@ -5,13 +5,24 @@ up a scrape. Scrapes read what the sampler already has (``History.latest``): no 
 NVML, which is what keeps 200 concurrent scrapes cheap. Everything is read-only: GET and HEAD only,
 no endpoint changes anything on the machine, and process command lines are left out unless the
 operator asked for them (they can hold tokens and paths).
+
+Its network stance, as the Prometheus node exporter's: every connection has a deadline
+(``request_timeout_s``), after which it is closed, so idle or trickling clients cannot pile up threads;
+a client that leaves early is not an error worth a traceback; a request whose Host header names
+neither this machine nor an address is refused, so a DNS-rebinding page in a local browser cannot
+read ``/api/snapshot``; and ``stop()`` (safe from a signal handler) ends ``serve_forever`` between
+requests, however many are in flight.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import ipaddress
 import json
 import socket
+import sys
+import threading
 import time
 from dataclasses import dataclass, replace
 from http import HTTPStatus
@@ -48,6 +59,11 @@ class ServeConfig:
     show_cmdline: bool = False
     history: int = 600
     source: str = "live"
+    request_timeout_s: float = 10.0
+    """The whole exchange (request in, answer out) must end within this; Prometheus' own scrape timeout
+    is 10 s by default, so a scrape that takes longer has been given up on by its scraper anyway."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Names a Host header may carry beyond this machine's own (``--allow-host``); ``*`` allows any."""
 
 
 class WallClock:
@@ -66,7 +82,7 @@ class WallClock:
         return self.backend.gpu_status
 
     def snapshot(self) -> Snapshot:
-        return replace(self.backend.snapshot(), time=self._clock())
+        return replace(self.backend.snapshot(), time=time.monotonic())
 
     def close(self) -> None:
         self.backend.close()
@@ -104,6 +120,20 @@ def history_view(history: History) -> dict[str, Any]:
     return {"time": latest.time if latest else None, "capacity": history.capacity, "gpus": gpus, "host": host}
 
 
+POLL_INTERVAL_S = 0.05
+"""How often the idle loop looks at the stop flag and the deadlines: a signal cannot wake socketserver's
+select (it is retried after the handler), so this bounds how long a SIGTERM waits; 20 idle turns a second
+cost microseconds each."""
+
+
+class _Stopped(Exception):
+    """Ends ``serve_forever`` from its own loop, where no per-request error handler can catch it."""
+
+
+_CLIENT_GONE = (ConnectionError, TimeoutError)
+"""What a client that hangs up, resets, or is cut off at its deadline raises in the thread answering it."""
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024
@@ -111,10 +141,71 @@ class _Server(ThreadingHTTPServer):
 
     monitor: MonitorServer
 
+    def __init__(self, address: tuple[str, int], request_timeout_s: float) -> None:
+        super().__init__(address, _Handler)
+        self.request_timeout_s = request_timeout_s
+        self.stop_requested = False
+        self._deadlines: dict[socket.socket, float] = {}
+        self._deadlines_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._deadlines_lock:
+            self._deadlines[request] = time.monotonic() + self.request_timeout_s
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._deadlines_lock:
+            self._deadlines.pop(request, None)
+        super().shutdown_request(request)
+
+    def service_actions(self) -> None:
+        """Run by ``serve_forever`` between requests (at least every poll interval), outside any request's
+        error handling: the one place a stop can end the loop without being taken for a failed request."""
+        if self.stop_requested:
+            raise _Stopped
+        self._cut_overdue()
+
+    def _cut_overdue(self) -> None:
+        """Shut down (not close: its thread still owns the descriptor) each connection past its deadline; the
+        thread's blocked read then sees the end of the stream, or its write a broken pipe, and it finishes."""
+        now = time.monotonic()
+        with self._deadlines_lock:
+            overdue = [connection for connection, deadline in self._deadlines.items() if deadline <= now]
+            for connection in overdue:
+                del self._deadlines[connection]
+        for connection in overdue:
+            with contextlib.suppress(OSError):  # the client closed it first
+                connection.shutdown(socket.SHUT_RDWR)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away is routine on a network; anything else is one line, never a traceback."""
+        error = sys.exc_info()[1]
+        if isinstance(error, _CLIENT_GONE):
+            return
+        sys.stderr.write(f"gpufly serve: answering {client_address[0]} failed: {type(error).__name__}: {error}\n")
+        sys.stderr.flush()
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     server_version = f"gpufly/{__version__}"
+
+    def parse_request(self) -> bool:
+        """Refuse, before any answer, a Host this server does not go by (the DNS-rebinding guard)."""
+        if not super().parse_request():
+            return False
+        hosts = self.headers.get_all("Host") or []
+        if len(hosts) > 1 or (hosts and not self.server.monitor.hosts.allows(hosts[0])):
+            shown = hosts[0] if len(hosts) == 1 else f"{len(hosts)} Host headers"
+            self._send(HTTPStatus.FORBIDDEN, f"host not allowed: {shown}\n"
+                       "start gpufly serve with --allow-host NAME to answer to another name\n".encode(),
+                       "text/plain; charset=utf-8", with_body=self.command != "HEAD")
+            return False
+        return True
 
     def do_GET(self) -> None:
         self._answer(with_body=True)
@@ -163,6 +254,47 @@ class _Handler(BaseHTTPRequestHandler):
         """Quiet: Prometheus scrapes every few seconds, and a line per scrape would bury the one that matters."""
 
 
+class HostCheck:
+    """Which Host headers the server answers: an IP address, ``localhost``, this machine's names, and the operator's.
+
+    A DNS-rebinding page reaches the server under the attacker's domain name, which the browser sends as
+    Host; checking the name is what keeps it out (no name is ever resolved: the attacker controls DNS).
+    An address as Host cannot come from such a page (its origin would be the address, that is, this
+    server), so any address is answered: Prometheus scraping by IP needs no option.
+    """
+
+    def __init__(self, bound_host: str, extra: tuple[str, ...] = ()) -> None:
+        names = {"localhost", socket.gethostname(), socket.getfqdn(), bound_host, *extra}
+        self.any = "*" in extra
+        self.names = frozenset(normal for name in names if (normal := _normal_name(name)))
+
+    def allows(self, header: str) -> bool:
+        if self.any:
+            return True
+        try:
+            name = urlsplit(f"//{header.strip()}").hostname
+        except ValueError:  # an unclosed "[", a port that is not a number
+            return False
+        if not name:
+            return False
+        return _is_address(name) or _normal_name(name) in self.names
+
+    def describe(self) -> list[str]:
+        return ["*"] if self.any else sorted(self.names)
+
+
+def _normal_name(name: str) -> str:
+    return name.strip().lower().rstrip(".")
+
+
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
 def _json(data: dict[str, Any]) -> tuple[bytes, str]:
     return json.dumps(data, separators=(",", ":")).encode(), "application/json"
 
@@ -182,7 +314,8 @@ class MonitorServer:
         self.history = History(capacity=config.history)
         self.sampler = Sampler(backend, interval=config.interval_s, history=self.history)
         self.registry = exporter_registry(self.history, config.source)
-        self._httpd = _bind(config.host, config.port)
+        self.hosts = HostCheck(config.host, config.allowed_hosts)
+        self._httpd = _bind(config.host, config.port, config.request_timeout_s)
         self._httpd.monitor = self
 
     @property
@@ -199,31 +332,41 @@ class MonitorServer:
         """The running configuration, as `gpufly serve --json` prints it and the page reads it."""
         return {"url": self.url, "metrics_url": f"{self.url}metrics", "host": self.config.host, "port": self.port,
                 "interval_s": self.config.interval_s, "history": self.config.history,
-                "show_cmdline": self.config.show_cmdline, "source": self.config.source, "version": __version__}
+                "show_cmdline": self.config.show_cmdline, "source": self.config.source,
+                "request_timeout_s": self.config.request_timeout_s, "allowed_hosts": self.hosts.describe(),
+                "version": __version__}
 
     def metrics(self, accept: str) -> tuple[bytes, str]:
         """The exposition format the scraper asked for (OpenMetrics or Prometheus text)."""
         encoder, content_type = choose_encoder(accept)
         return encoder(self.registry), content_type
 
-    def start(self, timeout_s: float = 10.0) -> Snapshot:
-        """Start sampling and wait for the first snapshot, so the first scrape already has figures."""
+    def start(self, timeout_s: float = 10.0) -> Snapshot | None:
+        """Start sampling and wait for the first snapshot, so the first scrape already has figures.
+
+        None when ``stop()`` came first (a SIGTERM while the first sample was being taken).
+        """
         self.sampler.start()
         deadline = time.monotonic() + timeout_s
-        while self.history.latest is None:
+        while not self._httpd.stop_requested:
+            if self.history.latest is not None:
+                return self.history.latest
             if self.sampler.errors or time.monotonic() > deadline:
                 self.sampler.stop()
                 reason = self.sampler.errors[0] if self.sampler.errors else f"nothing after {timeout_s:g} s"
                 raise GpuflyError(f"the first sample failed: {reason}", "run `gpufly doctor` to check the driver")
             time.sleep(0.01)
-        return self.history.latest
+        return None
 
     def serve_forever(self) -> None:
-        self._httpd.serve_forever(poll_interval=0.2)
+        """Answer requests until ``stop()``; returns within a poll interval of it, whatever is in flight."""
+        with contextlib.suppress(_Stopped):
+            self._httpd.serve_forever(poll_interval=POLL_INTERVAL_S)
 
-    def shutdown(self) -> None:
-        """Stop answering (from another thread), then stop the sampler and release the port."""
-        self._httpd.shutdown()
+    def stop(self) -> None:
+        """Ask ``serve_forever`` to return. Only sets a flag: safe from a signal handler and from any thread
+        (an exception raised from a handler would land inside a request and be caught as its error)."""
+        self._httpd.stop_requested = True
 
     def close(self) -> None:
         self.sampler.stop()
@@ -231,14 +374,12 @@ class MonitorServer:
         self.sampler.backend.close()
 
 
-def _bind(host: str, port: int) -> _Server:
+def _bind(host: str, port: int, request_timeout_s: float) -> _Server:
     if not 0 <= port <= 65535:
         raise GpuflyError(f"--port must be between 0 and 65535, not {port}", "--port 0 picks a free port")
-    server_class = _Server
-    if ":" in host:
-        server_class = type("_Server6", (_Server,), {"address_family": socket.AF_INET6})
+    server_class = _Server6 if ":" in host else _Server
     try:
-        return server_class((host, port), _Handler)
+        return server_class((host, port), request_timeout_s)
     except socket.gaierror:
         raise GpuflyError(f"cannot listen on host {host!r}: not an address of this machine",
                           "use --host 127.0.0.1 (this machine only) or --host 0.0.0.0 (every interface)") from None
