@@ -60,3 +60,36 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path: Pat
         write_text_atomic(target, "new")
     assert target.read_text() == "precious"
     assert [p.name for p in tmp_path.iterdir()] == ["keep.json"]
+
+
+def test_a_device_pipe_or_socket_is_refused_as_input(tmp_path: Path) -> None:
+    import socket
+
+    from gpufly.jsonfile import read_text
+
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(tmp_path / "sock.json"))
+    try:
+        for special in (Path("/dev/zero"), fifo, tmp_path / "sock.json"):
+            with pytest.raises(GpuflyError, match="not a regular file"):
+                read_text(special, missing="?", hint="give a file")
+    finally:
+        server.close()
+
+
+def test_an_oversized_input_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    from gpufly.jsonfile import read_text
+
+    big = tmp_path / "big.json"
+    big.write_text("[" + "0," * 600 + "0]")
+    with pytest.raises(GpuflyError, match="larger than"):
+        read_text(big, missing="?", hint="?", limit=1024)
+
+
+def test_absurdly_nested_json_is_one_error(tmp_path: Path) -> None:
+    nested = tmp_path / "nested.json"
+    nested.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(GpuflyError, match="nested too deeply"):
+        read_json(nested, missing="?", hint="?")

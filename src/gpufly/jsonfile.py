@@ -19,23 +19,49 @@ from typing import Any
 from gpufly.errors import GpuflyError
 
 WRITE_HINT = "give a path to a file in a folder you can write"
+DOCUMENT_LIMIT_BYTES = 64 * 2**20
+"""The largest JSON document gpufly reads (facts, bench runs, profiles, config.json): far above any it writes."""
+LOG_LIMIT_BYTES = 2**30
+"""The largest line-per-record file it reads whole (a `watch` recording, tuner results)."""
+
+
+def read_text(path: Path, missing: str, hint: str, limit: int = DOCUMENT_LIMIT_BYTES, kind: str = "file") -> str:
+    """The UTF-8 text of a regular file of at most ``limit`` bytes; a missing file, a folder, a device, pipe or
+    socket (`/dev/zero` would be read until memory runs out), an oversized or binary file is one GpuflyError."""
+    try:
+        mode = os.stat(path).st_mode  # before opening: opening a FIFO would wait for a writer
+        if stat.S_ISDIR(mode):
+            raise GpuflyError(f"{path} is a folder, not a {kind}", hint=hint)
+        if not stat.S_ISREG(mode):
+            raise GpuflyError(f"{path} is not a regular file (a device, pipe or socket)", hint=hint)
+        with open(path, "rb") as handle:
+            data = handle.read(limit + 1)
+    except FileNotFoundError as exc:
+        raise GpuflyError(missing, hint=hint) from exc
+    except OSError as exc:
+        raise GpuflyError(f"cannot read {path}: {exc.strerror or exc}", hint=hint) from exc
+    if len(data) > limit:
+        raise GpuflyError(f"{path} is larger than the {limit // 2**20} MiB gpufly reads", hint=hint)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise GpuflyError(f"{path} is not a text file (byte {exc.start} is not UTF-8)", hint=hint) from exc
+
+
+def parse_json(text: str, where: str, hint: str) -> Any:
+    """``text`` parsed as JSON; invalid or absurdly nested JSON is one GpuflyError."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise GpuflyError(f"{where} is not valid JSON (line {exc.lineno}: {exc.msg})", hint=hint) from exc
+    except RecursionError:
+        raise GpuflyError(f"{where} is nested too deeply to be a gpufly file", hint=hint) from None
 
 
 def read_json(path: Path, missing: str, hint: str) -> Any:
     """The parsed document at ``path``. ``missing`` is the message for a file that is not there;
     ``hint`` says how to get a good file, for a missing or unparsable one."""
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise GpuflyError(missing, hint=hint) from exc
-    except IsADirectoryError as exc:
-        raise GpuflyError(f"{path} is a folder, not a JSON file", hint=hint) from exc
-    except UnicodeDecodeError as exc:
-        raise GpuflyError(f"{path} is not a text file (byte {exc.start} is not UTF-8)", hint=hint) from exc
-    except OSError as exc:
-        raise GpuflyError(f"cannot read {path}: {exc.strerror or exc}", hint=hint) from exc
-    except json.JSONDecodeError as exc:
-        raise GpuflyError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})", hint=hint) from exc
+    return parse_json(read_text(path, missing, hint, kind="JSON file"), str(path), hint)
 
 
 def check_regular(path: Path, hint: str = WRITE_HINT) -> None:

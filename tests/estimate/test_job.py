@@ -42,7 +42,59 @@ def test_fp32_turns_the_default_precision_and_mixed_precision_off(llama) -> None
 
 @pytest.mark.parametrize(("strategy", "stage"), [("full_shard", 3), ("SHARD_GRAD_OP", 2), ("no_shard", 0)])
 def test_an_fsdp_strategy_is_the_zero_stage_it_equals(llama, strategy: str, stage: int) -> None:
-    assert Job.from_options(llama, task="full", zero=1, fsdp=strategy).zero == stage
+    assert Job.from_options(llama, task="full", fsdp=strategy).zero == stage
+    assert Job.from_options(llama, task="full", zero=stage, fsdp=strategy).zero == stage
+
+
+def test_an_fsdp_strategy_and_a_different_zero_stage_contradict_each_other(llama) -> None:
+    with pytest.raises(GpuflyError, match="--fsdp full_shard is ZeRO-3 in memory, but --zero says 1"):
+        Job.from_options(llama, task="full", zero=1, fsdp="full_shard")
+
+
+def _notes(llama, **options) -> list[str]:  # type: ignore[no-untyped-def]
+    said: list[str] = []
+    Job.from_options(llama, note=said.append, **options)
+    return said
+
+
+@pytest.mark.parametrize(("options", "unused"), [
+    ({"zero": 2}, ["--zero"]),
+    ({"fsdp": "full_shard"}, ["--fsdp"]),
+    ({"fsdp": "full_shard", "zero": 3}, ["--fsdp"]),
+    ({"checkpointing": True}, ["--checkpointing"]),
+    ({"lora_rank": 8, "lora_targets": "q_proj"}, ["--lora-rank", "--lora-targets"]),
+    ({"task": "full", "lora_rank": 8}, ["--lora-rank"]),
+    ({"task": "full", "lora_targets": "q_proj"}, ["--lora-targets"]),
+    ({"fp32": True, "quant": "int4"}, ["--fp32"]),
+])
+def test_each_option_the_task_does_not_use_is_one_note(llama, options: dict, unused: list[str]) -> None:
+    notes = _notes(llama, **options)
+    assert [note.split(" ")[0] for note in notes] == [option.split(" ")[0] for option in unused]
+    assert all(note.endswith("(ignored)") for note in notes)
+
+
+@pytest.mark.parametrize("options", [
+    {"task": "full", "zero": 2, "checkpointing": True},
+    {"task": "lora", "lora_rank": 8, "lora_targets": "q_proj", "zero": 3},
+    {"task": "qlora", "lora_rank": 8},
+    {"fp32": True},
+    {"task": "full", "fp32": True, "quant": "fp16"},
+    {},
+])
+def test_options_the_task_uses_bring_no_note(llama, options: dict) -> None:
+    assert _notes(llama, **options) == []
+
+
+def test_a_refused_job_brings_no_notes(llama) -> None:
+    said: list[str] = []
+    with pytest.raises(GpuflyError, match="unknown task"):
+        Job.from_options(llama, task="inference", lora_rank=8, note=said.append)
+    assert said == []
+
+
+def test_a_library_caller_gets_no_notes_and_the_default_rank(llama) -> None:
+    assert Job.from_options(llama, task="lora").lora_rank == 16
+    assert Job.from_options(llama, zero=2).zero == 2
 
 
 def test_lora_targets_are_checked_against_the_model(llama) -> None:

@@ -11,7 +11,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from gpufly.cli.render import MISSING, console, error_console, print_json
+from gpufly.cli.render import MISSING, console, print_json, print_note
 from gpufly.errors import GpuflyError
 from gpufly.estimate.engines import GIB
 from gpufly.estimate.job import DEFAULT_LORA_TARGETS, Job
@@ -41,7 +41,7 @@ Zero = Annotated[int, typer.Option("--zero", help="ZeRO/FSDP stage 0-3 across th
 Checkpointing = Annotated[bool | None, typer.Option(
     "--checkpointing/--no-checkpointing", help="Full activation checkpointing. Default: the task's recipe (on for "
     "LoRA and QLoRA, as PEFT and TRL set it; off for full training).", show_default=False)]
-LoraRank = Annotated[int, typer.Option("--lora-rank", help="LoRA rank r.")]
+LoraRank = Annotated[int | None, typer.Option("--lora-rank", help="LoRA rank r. Default: 16.", show_default=False)]
 LoraTargets = Annotated[str | None, typer.Option(
     "--lora-targets", help=f"Comma-separated linear layers LoRA adapts. Default: those of {DEFAULT_TARGETS} the "
     "model has.", show_default=False)]
@@ -223,7 +223,7 @@ def fit(
     ] = None,
     task: Task = "infer", quant: Quant = None, ctx: Ctx = None, batch: Batch = 1, kv: Kv = "fp16",
     engine: EngineOpt = None, optimizer: Optimizer = "adamw", zero: Zero = 0,
-    checkpointing: Checkpointing = None, lora_rank: LoraRank = 16, lora_targets: LoraTargets = None,
+    checkpointing: Checkpointing = None, lora_rank: LoraRank = None, lora_targets: LoraTargets = None,
     fsdp: Fsdp = None, fp32: Fp32 = False, gpu_memory_utilization: GpuMemory = 0.9,
     max_ctx: Annotated[bool, typer.Option("--max-ctx", help="Solve for the longest context that fits.")] = False,
     max_batch: Annotated[bool, typer.Option("--max-batch", help="Solve for the largest batch that fits.")] = False,
@@ -244,12 +244,12 @@ def fit(
         targets, calibration = _calibrated(targets, calibrate, catalog)
     for target in targets:
         if target.assumed:
-            error_console().print(f"note: {target.assumed}", markup=False)
+            print_note(target.assumed)
     spec = _load(model, exact)
     base = Job.from_options(spec, task=task, quant=quant, context=_context(spec, ctx), batch=batch, kv_format=kv,
                             engine=engine, optimizer=optimizer, zero=zero, checkpointing=checkpointing,
                             lora_rank=lora_rank, fp32=fp32, lora_targets=lora_targets, fsdp=fsdp,
-                            gpu_memory_utilization=gpu_memory_utilization)
+                            gpu_memory_utilization=gpu_memory_utilization, note=print_note)
     out = console()
     solve = {"max_ctx": max_ctx, "max_batch": max_batch}
     if not targets:
@@ -300,7 +300,7 @@ def recommend(
     model: Annotated[str, typer.Argument(help="Preset name, config.json or folder, .gguf file, or module:function.")],
     task: Task = "infer", quant: Quant = None, ctx: Ctx = None, batch: Batch = 1, kv: Kv = "fp16",
     engine: EngineOpt = None, optimizer: Optimizer = "adamw", checkpointing: Checkpointing = None,
-    lora_rank: LoraRank = 16, lora_targets: LoraTargets = None, fp32: Fp32 = False,
+    lora_rank: LoraRank = None, lora_targets: LoraTargets = None, fp32: Fp32 = False,
     gpu_memory_utilization: GpuMemory = 0.9,
     budget: Annotated[
         float | None, typer.Option("--budget", metavar="USD", help="Most to spend (launch prices).")
@@ -321,7 +321,8 @@ def recommend(
     spec = _load(model)
     job = Job.from_options(spec, task=task, quant=quant, context=_context(spec, ctx), batch=batch, kv_format=kv,
                            engine=engine, optimizer=optimizer, checkpointing=checkpointing, lora_rank=lora_rank,
-                           fp32=fp32, lora_targets=lora_targets, gpu_memory_utilization=gpu_memory_utilization)
+                           fp32=fp32, lora_targets=lora_targets, gpu_memory_utilization=gpu_memory_utilization,
+                           note=print_note)
     ranking = rank(spec, job, default_catalog(), budget_usd=budget, max_gpus=max_gpus, prefer=prefer)
     if json_out:
         print_json({"schema_version": SCHEMA_VERSION, "model": spec.to_dict(), "job": job.to_dict(),

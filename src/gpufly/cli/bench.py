@@ -12,7 +12,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from gpufly.cli.render import MISSING, console, error_console, print_json
+from gpufly.cli.render import MISSING, console, error_console, print_json, print_note
 from gpufly.errors import GpuflyError
 
 if TYPE_CHECKING:
@@ -131,6 +131,18 @@ def _compare(files: tuple[Path, Path], json_out: bool) -> None:
         render_comparison(comparison, console())
 
 
+def _check_compare_options(save: Path | None, device: str | None, quick: bool, only: str | None) -> None:
+    """--compare reads two saved runs and measures nothing: --save would write no file (refused, since a script
+    would go on to read it); the measuring options are noted as unused."""
+    if save is not None:
+        raise GpuflyError("--compare measures nothing, so --save would write nothing",
+                          hint="compare saved runs without --save, or measure with --save and no --compare")
+    unused = [name for name, given in (("--device", device is not None), ("--quick", quick),
+                                       ("--only", only is not None)) if given]
+    if unused:
+        print_note(f"--compare measures nothing; {', '.join(unused)} ignored")
+
+
 def bench(
     device: Annotated[str | None, typer.Option("--device", metavar="cuda:N|cpu",
                                                help="What to measure. Default: cuda:0 when PyTorch sees a GPU, "
@@ -150,6 +162,7 @@ def bench(
     """Measure matmul rates per precision, memory and PCIe bandwidth, launch latency and attention, beside the
     catalog's peaks."""
     if compare is not None:
+        _check_compare_options(save, device, quick, only)
         _compare(compare, json_out)
         return
     from gpufly.bench import open_device, parse_only, run_benchmarks, select

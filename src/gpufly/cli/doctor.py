@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpufly.cli.render import console, error_console, print_json
+from gpufly.cli.render import console, print_json, print_note
 from gpufly.errors import GpuflyError, unknown_choice
 
 if TYPE_CHECKING:
@@ -78,8 +78,7 @@ def doctor(
         facts.save(save)
     findings = diagnose(facts)
     if deep and facts_file is not None:
-        error_console().print("note: --deep skipped: the smoke test runs on this machine's GPUs, not on saved facts",
-                              markup=False)
+        print_note("--deep skipped: the smoke test runs on this machine's GPUs, not on saved facts")
     if deep and facts_file is None:
         from gpufly.doctor.smoke import run_isolated
 

@@ -12,7 +12,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from gpufly import __version__
-from gpufly.cli.render import MISSING, console, error_console, number, print_json
+from gpufly.cli.render import MISSING, console, number, print_json, print_note
 
 if TYPE_CHECKING:
     from gpufly.catalog import GpuSpec
@@ -201,7 +201,7 @@ def show(
     resolution = default_catalog().resolve(name)
     spec = resolution.spec
     if resolution.assumed:
-        error_console().print(f"note: {resolution.assumed}", markup=False)
+        print_note(resolution.assumed)
     if json_out:
         print_json({"schema_version": SCHEMA_VERSION, "assumed": resolution.assumed, "gpu": spec.to_dict()})
         return

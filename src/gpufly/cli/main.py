@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -12,7 +12,14 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from gpufly import __version__
-from gpufly.cli.render import error_console
+from gpufly.cli.render import (
+    GuardedOutput,
+    OutputClosed,
+    OutputFailed,
+    degrade_unencodable,
+    drop_pending_output,
+    error_console,
+)
 from gpufly.errors import GpuflyError
 
 
@@ -48,13 +55,13 @@ COMMANDS: dict[str, CommandEntry] = {
                         "/ filter, ? help, q quit."),
     "tune": CommandEntry("gpufly.cli.tune:tune", "Measure each optimization on the workload, reject any that changes "
                          "the loss, print the best safe one."),
-    # The script's own options follow it untouched: `gpufly profile --json train.py --epochs 2`.
+    # The script's own options follow it untouched: gpufly.cli.profile parses only up to the script.
     "profile": CommandEntry("gpufly.cli.profile:profile", "Profile a training or inference script without changing "
-                            "it; exits with the script's own exit code.", {"ignore_unknown_options": True}),
+                            "it; exits with the script's own exit code."),
     "watch": CommandEntry("gpufly.cli.watch:watch", "Record the GPUs (and host) every interval; each line is "
                           "flushed, so a kill loses nothing written."),
     "serve": CommandEntry("gpufly.cli.serve:serve", "Serve Prometheus metrics (DCGM-exporter names) and a live web "
-                          "dashboard; read-only, until Ctrl-C."),
+                          "dashboard; read-only, until Ctrl-C or SIGTERM."),
 }
 """Every command, in the order `gpufly --help` lists them. A command's module is imported only when it runs (or
 its own --help is asked for), so `gpufly --help` and each command start without loading the others."""
@@ -73,7 +80,38 @@ def build_command(name: str) -> TyperCommand | TyperGroup:
         command = typer.main.get_command(single)
     command.name = name
     assert isinstance(command, TyperCommand | TyperGroup)
+    refuse_empty_values(command)
     return command
+
+
+def refuse_empty_values(command: TyperCommand | TyperGroup) -> None:
+    """Make every string, path and name parameter of ``command`` (and of its subcommands) refuse ``''``.
+
+    An empty value is a mistake (an unset shell variable: `--gpu "$GPU"`), never "not given": taken as absent,
+    `fit --gpu ''` would answer for the whole catalog. Done here, for every command at once, so a new option is
+    covered without a line of its own. A variadic argument (the script's own arguments after `profile SCRIPT`)
+    belongs to someone else and is left alone.
+    """
+    if isinstance(command, TyperGroup):
+        for sub in command.commands.values():
+            refuse_empty_values(sub)
+    for param in command.params:
+        if param.nargs != -1 and not getattr(param, "is_flag", False) and not getattr(param, "count", False):
+            param.callback = _refusing_empty(param.callback)
+
+
+def _refusing_empty(callback: Callable[..., Any] | None) -> Callable[..., Any]:
+    def check(ctx: Any, param: Any, value: Any) -> Any:
+        values = value if isinstance(value, tuple | list) else (value,)
+        if any(isinstance(item, str) and not item.strip() for item in values):
+            if param.param_type_name == "option":
+                name = param.opts[0]
+                raise GpuflyError(f"{name} is empty", hint=f"give {name} a value, or leave {name} out for its default")
+            name = (param.metavar or param.name or "").upper()
+            raise GpuflyError(f"{name} is empty", hint=f"give {name} a value (see --help)")
+        return callback(ctx, param, value) if callback is not None else value
+
+    return check
 
 
 class _Commands(Mapping[str, Any]):
@@ -155,18 +193,45 @@ def _root(
 
 def _fail(message: str, hint: str | None, exit_code: int) -> None:
     err = error_console()
-    err.print(f"error: {message}", markup=False)
-    if hint:
-        err.print(f"hint: {hint}", markup=False)
+    try:
+        err.print(f"error: {message}", markup=False)
+        if hint:
+            err.print(f"hint: {hint}", markup=False)
+    except OSError:  # stderr is full or closed too: the exit code is all that can still be said
+        pass
     sys.exit(exit_code)
 
 
+def _gpufly_part(args: list[str]) -> int:
+    """How much of the command line is gpufly's (where `--verbose` is read): all of it, except after `profile`'s
+    target, where the rest belongs to the script (`gpufly profile train.py --verbose` passes it on)."""
+    command = next((index for index, arg in enumerate(args) if not arg.startswith("-")), None)
+    if command is None or args[command] != "profile":
+        return len(args)
+    from gpufly.cli.profile import target_at
+
+    return command + 1 + target_at(args[command + 1:])
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; user mistakes end in `error:`/`hint:` lines and exit 2, never a traceback."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    verbose = "--verbose" in args
+    """Run the CLI; user mistakes end in `error:`/`hint:` lines and exit 2, never a traceback; output that cannot
+    be written (a full disk) is one `error:` line and exit 1; a closed pipe (`gpufly gpus | head -1`) is silence
+    and exit 0, as for any Unix filter."""
+    args = list(sys.argv[1:] if argv is None else argv) or ["--help"]  # bare `gpufly`: the command list, exit 0
+    end = _gpufly_part(args)
+    verbose = "--verbose" in args[:end]
+    args = [a for a in args[:end] if a != "--verbose"] + args[end:]
+    for stream in (sys.stdout, sys.stderr):
+        degrade_unencodable(stream)
+    stdout = sys.stdout
+    guarded = GuardedOutput.around(stdout)
+    sys.stdout = guarded  # type: ignore[assignment]
     try:
-        result = app(args=[a for a in args if a != "--verbose"], standalone_mode=False, prog_name="gpufly")
+        result = app(args=args, standalone_mode=False, prog_name="gpufly")
+        sys.stdout.flush()
+    except OutputFailed as exc:
+        drop_pending_output()
+        _fail(f"could not write the output: {exc.strerror}", exc.hint, 1)
     except GpuflyError as exc:
         if verbose:
             raise
@@ -175,6 +240,13 @@ def main(argv: list[str] | None = None) -> None:
         _fail(exc.format_message(), "run with --help to see the options", exc.exit_code)
     except typer.Abort:
         _fail("aborted", None, 130)
-    except BrokenPipeError:
+    except OutputClosed:
+        drop_pending_output()
         sys.exit(0)
+    except SystemExit as exc:
+        if exc.code == 1 and getattr(guarded, "reader_gone", False):  # Rich's own answer to a closed pipe
+            sys.exit(0)
+        raise
+    finally:
+        sys.stdout = stdout
     sys.exit(result if isinstance(result, int) else 0)

@@ -20,6 +20,7 @@ MIN_STAGE_STEPS = 40
 its initial state: under 40 steps the probe loss of the sparse stage drifts past the tolerance though its held-out
 loss is the same, so the case study would lose its main step to a run too short to judge it."""
 
+INFER_ONE_PROCESS = "--task infer takes neither --ddp nor a batched dataset"
 WORKLOAD_HELP = ("The workload: a built-in (cnn, transformer, recsys: recsys runs the stage-by-stage case study), "
                  "or your own as package.module:function or path/file.py:function.")
 
@@ -132,6 +133,8 @@ def _check_options(task: str, budget_minutes: float, steps: int, timeout: float,
                           "give --ddp 2 or more to try DistributedDataParallel, or leave --ddp out")
     if ddp < 0:
         raise GpuflyError(f"--ddp is a process count, not {ddp}", "give --ddp 2 or more, or leave it out")
+    if ddp and task == "infer":  # said before the workload is built, which can take minutes
+        raise GpuflyError(INFER_ONE_PROCESS, "tune inference on one process")
     if price_per_hour is not None and (not math.isfinite(price_per_hour) or price_per_hour <= 0):
         raise GpuflyError(f"--price-per-hour must be a positive number of USD, not {price_per_hour}",
                           "for example --price-per-hour 2.5")
@@ -163,8 +166,8 @@ def _search_plan(workload: str, cuda: bool, ddp: int, task: str, steps: int) -> 
     from gpufly.tune import GreedyPlan, Target, offered
 
     built = _build(workload)
-    if task == "infer" and (ddp or built.batch_sampler_dataset):
-        raise GpuflyError("--task infer takes neither --ddp nor a batched dataset", "tune inference on one process")
+    if task == "infer" and built.batch_sampler_dataset:
+        raise GpuflyError(INFER_ONE_PROCESS, "tune inference on one process")
     return GreedyPlan(offered(Target(built, cuda, task, ddp)), fixed={"task": "infer"} if task == "infer" else {},
                       steps=steps)
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from gpufly.cli.monitoring import Stop, StopSignals, check_interval, check_rotate
-from gpufly.cli.render import error_console
+from gpufly.cli.render import error_console, print_note
 from gpufly.errors import GpuflyError
 
 if TYPE_CHECKING:
@@ -78,6 +78,15 @@ def _guarded(signals: StopSignals, write: Listener) -> Listener:
     return listener
 
 
+def _note_unused(output: Path | None, rotate: float | None, as_json: bool) -> None:
+    """--rotate rotates the --output file, and --json shapes what goes to the terminal: without --output the one
+    has nothing to rotate, with it the other has nothing to shape."""
+    if rotate is not None and output is None:
+        print_note("--rotate applies to an --output file; without one it is ignored")
+    if as_json and output is not None:
+        print_note("--json shapes lines on the terminal; with --output the file's own format is written (ignored)")
+
+
 def watch(
     interval: Annotated[float, typer.Option("--interval", "-i", help="Seconds between samples.")] = 1.0,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Append to FILE.jsonl or FILE.csv.")] = None,
@@ -89,6 +98,7 @@ def watch(
     """Record the GPUs (and host) every interval; each line is flushed, so a kill loses nothing written."""
     check_interval(interval)
     rotate_bytes = check_rotate(rotate)
+    _note_unused(output, rotate, as_json)
     if count is not None and count <= 0:
         raise GpuflyError(f"--count must be positive, not {count}", "leave it out to run until Ctrl-C")
     from gpufly.monitor import History, SampleLog, Sampler, open_backend

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +13,7 @@ if TYPE_CHECKING:
 
 TASKS = ("infer", "lora", "qlora", "full")
 OPTIMIZERS = ("adamw", "adamw8bit", "sgd", "sgd-momentum", "adafactor")
+DEFAULT_LORA_RANK = 16
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 FSDP_STAGES = {"full_shard": 3, "shard_grad_op": 2, "no_shard": 0}
 """FSDP sharding strategies and the ZeRO stage each equals in memory (llm-analysis README)."""
@@ -69,21 +71,27 @@ class Job:
     @classmethod
     def from_options(cls, spec: ModelSpec, *, task: str = "infer", quant: str | None = None, context: int = 4096,
                      batch: int = 1, kv_format: str = "fp16", engine: str | None = None, optimizer: str = "adamw",
-                     zero: int = 0, checkpointing: bool | None = None, lora_rank: int = 16, fp32: bool = False,
-                     lora_targets: str | None = None, fsdp: str | None = None,
-                     gpu_memory_utilization: float = 0.9) -> Job:
+                     zero: int = 0, checkpointing: bool | None = None, lora_rank: int | None = None,
+                     fp32: bool = False, lora_targets: str | None = None, fsdp: str | None = None,
+                     gpu_memory_utilization: float = 0.9, note: Callable[[str], None] | None = None) -> Job:
         """The Job a person's options describe for ``spec``, as `gpufly fit` and `recommend` take them.
 
         A GGUF file brings its own format (and llama.cpp for inference) as the defaults, and options the user gave
         win; ``fp32`` turns the default bf16 into fp32 and mixed precision off; an FSDP strategy is the ZeRO stage
         it equals in memory; ``lora_targets`` is a comma-separated list, checked against the model's own linear
         layers (the default: those of DEFAULT_LORA_TARGETS the model has); ``checkpointing`` None is the task's
-        recipe default (RECIPE_CHECKPOINTING: on for LoRA and QLoRA, off for full training).
+        recipe default (RECIPE_CHECKPOINTING: on for LoRA and QLoRA, off for full training); ``lora_rank`` None is 16.
+
+        Options that contradict each other (`--fsdp full_shard --zero 2`) are refused; options the task does not use
+        (`--zero` for inference, `--lora-rank` for full training) are said, one sentence each, through ``note``: a
+        person who gave them expects them to count, and silence would let them believe they did.
         """
         from gpufly.estimate.engines import engine as check_engine
         from gpufly.estimate.formats import kv_bytes, weight_format
         from gpufly.estimate.memory import lora_targets as resolve_targets
 
+        unused = _unused_options(task, zero=zero, fsdp=fsdp, lora_rank=lora_rank, lora_targets=lora_targets,
+                                 checkpointing=checkpointing, fp32=fp32, quant=quant)
         from_file = spec.weight_format if spec.source.startswith("gguf:") else None
         quant = quant or (from_file.lower() if from_file else "bf16")
         fmt = weight_format(quant)
@@ -95,17 +103,19 @@ class Job:
         if fp32 and quant == "bf16":
             quant = "fp32"
         if fsdp is not None:
-            if fsdp.lower() not in FSDP_STAGES:
-                raise unknown_choice("FSDP strategy", fsdp, FSDP_STAGES)
-            zero = FSDP_STAGES[fsdp.lower()]
+            zero = _fsdp_stage(fsdp, zero)
         if checkpointing is None:
             checkpointing = task in RECIPE_CHECKPOINTING and RECIPE_CHECKPOINTING[task][0]
         targets = _target_list(lora_targets)
         if task in ("lora", "qlora"):
             targets = resolve_targets(spec, targets if lora_targets is not None else None)
-        return cls(task=task, quant=quant, context=context, batch=batch, kv_format=kv_format, engine=engine,
-                   optimizer=optimizer, zero=zero, checkpointing=checkpointing, lora_rank=lora_rank,
-                   mixed_precision=not fp32, lora_targets=targets, gpu_memory_utilization=gpu_memory_utilization)
+        job = cls(task=task, quant=quant, context=context, batch=batch, kv_format=kv_format, engine=engine,
+                  optimizer=optimizer, zero=zero, checkpointing=checkpointing,
+                  lora_rank=DEFAULT_LORA_RANK if lora_rank is None else lora_rank,
+                  mixed_precision=not fp32, lora_targets=targets, gpu_memory_utilization=gpu_memory_utilization)
+        for sentence in unused:  # once the options are known to be valid: a refused run needs no notes
+            (note or _ignore)(sentence)
+        return job
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -127,6 +137,44 @@ class Job:
         flag = "--checkpointing" if self.checkpointing else "--no-checkpointing"
         usual = "on" if default else "off"
         return f"checkpointing {state} by {flag}; the {self.task} recipe's default is {usual}: {who}"
+
+
+def _fsdp_stage(fsdp: str, zero: int) -> int:
+    """The ZeRO stage an FSDP strategy equals in memory; a --zero that says otherwise is a contradiction."""
+    if fsdp.lower() not in FSDP_STAGES:
+        raise unknown_choice("FSDP strategy", fsdp, FSDP_STAGES)
+    stage = FSDP_STAGES[fsdp.lower()]
+    if zero not in (0, stage):
+        raise GpuflyError(f"--fsdp {fsdp} is ZeRO-{stage} in memory, but --zero says {zero}",
+                          hint=f"give one of them: --fsdp {fsdp}, or --zero {zero}")
+    return stage
+
+
+def _unused_options(task: str, *, zero: int, fsdp: str | None, lora_rank: int | None, lora_targets: str | None,
+                    checkpointing: bool | None, fp32: bool, quant: str | None) -> list[str]:
+    """A sentence for each option given that ``task`` (or another option given) does not use."""
+    unused = []
+    if fp32 and task == "infer" and quant is not None and quant.lower() not in ("fp32", "bf16"):
+        unused.append(f"--fp32 sets fp32 weights only where --quant is not given; the weights are --quant {quant} "
+                      "(ignored)")
+    if task == "infer":
+        if fsdp is not None:
+            unused.append(f"--fsdp {fsdp} shards training state; inference does not use it (ignored)")
+        elif zero:
+            unused.append(f"--zero {zero} shards training state; inference does not use it (ignored)")
+        if checkpointing:
+            unused.append("--checkpointing saves training activations; inference does not use it (ignored)")
+    if task not in ("lora", "qlora"):
+        work = "inference" if task == "infer" else "full training"
+        if lora_rank is not None:
+            unused.append(f"--lora-rank applies to --task lora or qlora; {work} does not use it (ignored)")
+        if lora_targets is not None:
+            unused.append(f"--lora-targets applies to --task lora or qlora; {work} does not use it (ignored)")
+    return unused
+
+
+def _ignore(_: str) -> None:
+    """The default ``note``: a caller that shows no notes (a library call) loses nothing it asked for."""
 
 
 def _target_list(option: str | None) -> tuple[str, ...]:
