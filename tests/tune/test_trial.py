@@ -34,6 +34,12 @@ def test_a_worker_that_died_is_a_failure_with_its_error(code: int, stderr: str, 
     assert result.status == status and result.error == error and result.throughput is None
 
 
+@pytest.mark.parametrize("line", ["{not json", "{}garbage", '{"a"'])
+def test_a_last_line_that_only_looks_like_a_result_is_a_failure_not_a_crash(line: str) -> None:
+    result = outcome(Trial("x", {}), 0, f"{{ starting\n{line}\n", "", 1.0)
+    assert result.status == "failed" and result.error == f"the trial's last line is not a result: {line}"
+
+
 def test_a_failing_ddp_trial_reports_the_ranks_error_not_the_launchers() -> None:
     stderr = ("[rank0]: Traceback (most recent call last):\n[rank0]: TypeError: BF16 all reduce communication hook "
               "required CUDA 11+\n[rank1]: TypeError: BF16 ...\ntorch.distributed.elastic.multiprocessing.errors."

@@ -218,3 +218,11 @@ def test_report_tune_reads_a_file_an_earlier_gpufly_wrote(cli) -> None:  # type:
     result = cli("report", "--tune", str(old))
     assert result.code == 0, result.stderr
     assert "tune: 4 trials; best safe channels_last=True at 1.50x" in result.stdout
+
+
+@pytest.mark.slow
+def test_a_run_whose_baseline_fails_exits_1_with_the_reason(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    result = cli("tune", f"{TINY}:failing_loss", "--steps", "8", "--results", str(tmp_path / "r.jsonl"))
+    assert result.code == 1
+    assert "RuntimeError: the loss fails on purpose" in result.stdout
+    assert "the baseline itself failed" in result.stdout

@@ -89,13 +89,15 @@ def tune(
         priced = {"price_per_hour": price_per_hour, "price": price_note} if stages_run else {}
         print_json({"workload": workload, **mode, "results_file": str(results), "trials": rows, "best": best_row,
                     **priced, "html": None if html is None else str(html)})
-        return
-    if stages_run:
-        _render_stages(rows, best_row, price_note, results)
     else:
-        _render(rows, best, results)
-    if html is not None:
-        console().print(f"speedup chart: {html}", markup=False)
+        if stages_run:
+            _render_stages(rows, best_row, price_note, results)
+        else:
+            _render(rows, best, results)
+        if html is not None:
+            console().print(f"speedup chart: {html}", markup=False)
+    if best is None:  # the baseline did not run: a script must not read this as a tuned result
+        raise typer.Exit(1)
 
 
 def _check_mode(workload: str, stages_run: bool, budget_minutes: float | None, steps: int | None, search: bool,

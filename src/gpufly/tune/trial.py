@@ -143,7 +143,11 @@ def outcome(trial: Trial, returncode: int, stdout: str, stderr: str, seconds: fl
     """A finished worker process as a TrialResult: its last JSON line when it succeeded, else its error."""
     lines = [line for line in stdout.splitlines() if line.startswith("{")]
     if returncode == 0 and lines:
-        data = json.loads(lines[-1])
+        try:
+            data = json.loads(lines[-1])
+        except json.JSONDecodeError:  # the workload printed a line of its own that starts with "{"
+            return TrialResult(trial.name, trial.knobs, "failed", seconds=seconds,
+                               error=f"the trial's last line is not a result: {lines[-1][:80]}")
         measured = {key: data[key] for key in MEASURED if data.get(key) is not None}
         return TrialResult(trial.name, trial.knobs, "ok", seconds=seconds, **measured)
     status = "oom" if "out of memory" in stderr.lower() else "failed"
