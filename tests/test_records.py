@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated
 
 import msgspec
@@ -71,3 +73,14 @@ def test_a_value_checks_hint_wins_over_the_general_one() -> None:
     with pytest.raises(GpuflyError) as caught:
         from_dict(Machine, {"env": {"cuda": "x"}}, "m.json", hint="general")
     assert caught.value.hint == "expected dotted numbers, e.g. 12.4"
+
+
+def test_a_measured_figure_must_be_finite(tmp_path: Path) -> None:
+    from gpufly.bench.results import load_run
+
+    run = json.loads((Path(__file__).parent / "fixtures" / "bench" / "cpu_quick_1thread.json").read_text())
+    run["results"][0]["value"] = float("inf")
+    path = tmp_path / "inf.json"
+    path.write_text(json.dumps(run))
+    with pytest.raises(GpuflyError, match=r"results\[0\]\.value is not valid: inf is not a finite number"):
+        load_run(path)

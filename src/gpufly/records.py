@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import types
 from collections.abc import Callable, Iterator
@@ -40,6 +41,18 @@ _KINDS = {"str": "a string", "int": "a whole number", "float": "a number", "bool
 def checked(check: Check) -> dict[str, Check]:
     """Field metadata that gives a field a value check: ``field(default=None, metadata=checked(parse_version))``."""
     return {"check": check}
+
+
+def finite_number(value: float) -> None:
+    """A value check for a measured figure: NaN and infinity are not measurements (JSON readers accept both).
+
+    >>> finite_number(2.5)
+    >>> finite_number(float("inf"))
+    Traceback (most recent call last):
+    gpufly.errors.GpuflyError: inf is not a finite number
+    """
+    if not math.isfinite(value):
+        raise GpuflyError(f"{value} is not a finite number", hint="a measured figure is a finite number")
 
 
 def shown(value: Any) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 from gpufly.bench.timing import Timing
 from gpufly.errors import GpuflyError
 from gpufly.jsonfile import read_json, write_json_atomic
-from gpufly.records import from_dict
+from gpufly.records import checked, finite_number, from_dict
 
 SCHEMA_VERSION = 1
 KIND = "gpufly.bench"
@@ -70,7 +70,7 @@ class BenchResult:
     name: str
     group: str
     metric: str
-    value: float
+    value: float = field(metadata=checked(finite_number))
     unit: str
     params: dict[str, Any]
     timing: Timing

@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from gpufly.errors import GpuflyError
-from gpufly.monitor.sample import Snapshot
+from gpufly.monitor.sample import SCHEMA_VERSION, Snapshot
 
 
 def read_recording(path: Path) -> tuple[list[Snapshot], int]:
@@ -37,13 +38,27 @@ def read_recording(path: Path) -> tuple[list[Snapshot], int]:
         if not line.strip():
             continue
         try:
-            snapshots.append(Snapshot.from_dict(json.loads(line), where=str(path)))
-        except (ValueError, GpuflyError):
+            data = json.loads(line)
+        except ValueError:
+            skipped += 1
+            continue
+        _check_version(data, path)
+        try:
+            snapshots.append(Snapshot.from_dict(data, where=str(path)))
+        except GpuflyError:
             skipped += 1
     if not snapshots:
         raise GpuflyError(f"{path} holds no snapshots ({skipped} unreadable lines)",
                           "record one with `gpufly watch --output FILE.jsonl`")
     return snapshots, skipped
+
+
+def _check_version(data: Any, path: Path) -> None:
+    """A line from a newer gpufly whose schema this one does not know is refused, not read as its own version."""
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+        raise GpuflyError(f"{path} was written by a newer gpufly (schema_version {version}); this one reads "
+                          f"{SCHEMA_VERSION}", "upgrade gpufly to replay it")
 
 
 class ReplayBackend:
