@@ -60,6 +60,8 @@ GPU_TESTS=$(grep -rl --include='test_*.py' -E 'mark\.gpu' tests | sort)
 # pyproject's addopts spread tests over CPUs with pytest-xdist, which the image may lack: plain options here.
 step pytest_gpu 200 env GPUFLY_BENCH_RUN="$WORK/bench.json" "$PY" -m pytest -o addopts="--strict-markers" -m gpu -q -rs \
     -p no:cacheprovider $GPU_TESTS
+# The bench's CUDA-event timing beside torch.matmul timed by a synchronized wall clock (a figure, not a test).
+step bench_harness 40 "$PY" benchmarks/bench_harness.py --device cuda --dtype bf16 --sizes 4096,8192 --rounds 3
 step doctor_deep 45 "${GF[@]}" doctor --deep --json
 step doctor 20 "${GF[@]}" doctor --save "$WORK/facts.json"
 step report 20 "${GF[@]}" report --json
@@ -81,7 +83,7 @@ step tune_infer 35 "${GF[@]}" tune transformer --task infer --budget-minutes 0.3
 
 {
     echo
-    for name in bench pytest_gpu tune_speedups tune_cnn tune_infer profile_overhead monitor_overhead; do
+    for name in bench pytest_gpu bench_harness tune_speedups tune_cnn tune_infer profile_overhead monitor_overhead; do
         echo "== $name (last lines)"
         tail -n 40 "$WORK/$name.txt" 2>/dev/null
     done

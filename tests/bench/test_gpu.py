@@ -1,15 +1,14 @@
-"""The GPU bench on a real GPU (skipped without one): it runs whole and saves what it prints, its figures sit
-below the datasheet peaks, and its event timing agrees with a synchronized wall-clock timing. How long the whole
-bench takes is a figure for docs/measurements (scripts/device_check.sh records it), not an assertion."""
+"""The GPU bench on a real GPU (skipped without one): it runs whole and saves what it prints, and its figures sit
+below the datasheet peaks. How long the whole bench takes, and how its CUDA-event timing compares with a
+synchronized wall clock (`benchmarks/bench_harness.py --device cuda`), are figures scripts/device_check.sh records
+for docs/measurements, not assertions: two timings on one machine are not a test."""
 
 from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -71,28 +70,6 @@ def test_cuda_graphs_are_faster_than_eager_launches(full_run) -> None:
 def test_tf32_is_faster_than_fp32(full_run) -> None:
     results = {r["name"]: r for r in full_run[0]["results"]}
     assert results["gemm.tf32"]["value"] > 1.5 * results["gemm.fp32"]["value"]
-
-
-def test_event_timing_matches_a_synchronized_wall_clock() -> None:
-    import torch
-
-    from gpufly.bench import kernels
-    from gpufly.bench.cuda import measure_events
-
-    device = torch.device("cuda", 0)
-    kernel = kernels.gemm(torch, device, "bf16", 8192, 8192, 8192)
-    events = measure_events(torch, kernel.fn, warmup=5, repeats=10)
-    a, b = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16), torch.randn(
-        8192, 8192, device=device, dtype=torch.bfloat16)
-    torch.matmul(a, b)
-    wall = []
-    for _ in range(10):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        torch.matmul(a, b)
-        torch.cuda.synchronize()
-        wall.append(time.perf_counter() - start)
-    assert 0.7 <= statistics.median(wall) / events.median_s <= 1.3
 
 
 def test_decode_matmuls_are_timed_as_replayed_cuda_graphs(full_run) -> None:
