@@ -16,6 +16,7 @@ from gpufly.bench.results import BenchError, BenchResult, BenchRun, DeviceFacts
 from gpufly.bench.timing import Timing
 from gpufly.catalog import GpuSpec
 from gpufly.errors import GpuflyError, unknown_choice
+from gpufly.extras import require
 
 GROUPS = ("gemm", "llm", "memory", "transfer", "launch", "attention", "threads")
 """Every benchmark group, on some device; a device runs those in its own ``groups``."""
@@ -67,11 +68,7 @@ def parse_device(name: str | None, *, cuda_count: int) -> tuple[str, int]:
 
 def open_device(name: str | None) -> Device:
     """The CPU or CUDA device that --device names."""
-    try:
-        import torch
-    except ImportError as exc:
-        raise GpuflyError("gpufly bench measures through PyTorch, which is not installed",
-                          hint="pip install 'gpufly[torch]'") from exc
+    torch = require("torch", "gpufly bench")
     kind, index = parse_device(name, cuda_count=torch.cuda.device_count() if torch.cuda.is_available() else 0)
     if kind == "cpu":
         from gpufly.bench.cpu import CpuDevice

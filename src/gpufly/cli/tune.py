@@ -12,6 +12,7 @@ import typer
 from gpufly.cli.paths import check_writable
 from gpufly.cli.render import console, print_json
 from gpufly.errors import GpuflyError
+from gpufly.extras import require
 
 SEARCH_STEPS = 40
 STAGE_STEPS = 160
@@ -154,10 +155,7 @@ def _check_paths(results: Path, resume: bool, html: Path | None) -> None:
 
 def _torch(device: str) -> Any:
     """Torch, imported here for the device check and the run's identity (the trials import it themselves)."""
-    try:
-        import torch
-    except ImportError:
-        raise GpuflyError("tuning needs PyTorch", "pip install 'gpufly[torch]'") from None
+    torch = require("torch", "gpufly tune")
     if device == "cuda" and not torch.cuda.is_available():
         raise GpuflyError("--device cuda, but torch sees no CUDA GPU", "leave --device at auto, or use --device cpu")
     return torch
