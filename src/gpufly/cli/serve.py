@@ -31,8 +31,6 @@ def serve(
     """Serve Prometheus metrics (DCGM-exporter names) and a live web dashboard; read-only, until Ctrl-C or SIGTERM."""
     check_interval(interval)
     check_history(history)
-    if not host.strip():
-        raise GpuflyError("--host is empty", hint="--host 127.0.0.1 for this machine only, --host 0.0.0.0 for all")
     allowed_hosts = tuple(_check_allowed_host(name) for name in allow_host or ())
     require("prometheus_client", "gpufly serve")
     from gpufly.monitor import open_backend
