@@ -58,6 +58,11 @@ def test_names_of_cards_not_in_the_catalog_are_not_passed_off_as_a_neighbour(cat
         catalog.resolve(typed)
 
 
+def test_gaudi_3_link_bandwidth_is_the_card_to_card_share_of_its_ports(catalog) -> None:
+    scale_up_ports, gbit_per_port = 21, 200
+    assert catalog.get("gaudi 3 oam").interconnect_gbps == scale_up_ports * gbit_per_port / 8 * 2
+
+
 def test_gaudi_3_means_the_oam_module_and_says_so(catalog) -> None:
     resolution = catalog.resolve("gaudi 3")
     assert resolution.spec.id == "gaudi3-oam"

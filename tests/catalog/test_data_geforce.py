@@ -13,7 +13,7 @@ DATA_FILE = DATA_DIR / "nvidia_more_geforce_laptop.toml"
 ENTRIES = tomllib.loads(DATA_FILE.read_text())["gpu"]
 IDS = [entry["id"] for entry in ENTRIES]
 NO_TENSOR_CORES = {"gtx-1660-ti", "gtx-1660-super"}
-NO_VENDOR_BOOST_CLOCK = {"rtx-5090-laptop"}
+NO_VENDOR_BOOST_CLOCK = {"rtx-5090-laptop", "rtx-5080-laptop"}
 AWAITING_A_RATE_ROW: dict[str, str] = {}
 
 
@@ -24,6 +24,7 @@ AWAITING_A_RATE_ROW: dict[str, str] = {}
     ("rtx 3060 8gb", "rtx-3060-8gb"), ("3050", "rtx-3050-8gb"), ("2080 super", "rtx-2080-super"),
     ("TITAN RTX", "titan-rtx"), ("gtx 1660 ti", "gtx-1660-ti"),
     ("rtx 4090 laptop", "rtx-4090-laptop"), ("4060 mobile", "rtx-4060-laptop"),
+    ("rtx 5080 laptop", "rtx-5080-laptop"), ("5080 mobile", "rtx-5080-laptop"), ("rtx 5080", "rtx-5080"),
 ])
 def test_typed_names_reach_the_added_entries(catalog, typed: str, expected: str) -> None:
     assert catalog.get(typed).id == expected
@@ -33,6 +34,8 @@ def test_typed_names_reach_the_added_entries(catalog, typed: str, expected: str)
     ("NVIDIA GeForce RTX 4090 Laptop GPU", 15.6, "rtx-4090-laptop"),
     ("NVIDIA GeForce RTX 4070 Laptop GPU", 7.6, "rtx-4070-laptop"),
     ("NVIDIA GeForce RTX 3080 Ti Laptop GPU", 15.7, "rtx-3080-ti-laptop"),
+    ("NVIDIA GeForce RTX 5080 Laptop GPU", 15.5, "rtx-5080-laptop"),
+    ("NVIDIA GeForce RTX 5080", 15.5, "rtx-5080"),
     ("NVIDIA GeForce RTX 4090 D", 23.5, "rtx-4090-d"),
     ("NVIDIA GeForce RTX 4060 Ti", 7.6, "rtx-4060-ti-8gb"),
     ("NVIDIA GeForce RTX 4060 Ti", 15.6, "rtx-4060-ti-16gb"),
@@ -64,7 +67,7 @@ def _tensor_card(gpu_id: str) -> object:
     return pytest.param(gpu_id, marks=pytest.mark.xfail(reason=reason)) if reason else gpu_id
 
 
-@pytest.mark.parametrize("gpu_id", [_tensor_card(i) for i in IDS if i not in NO_TENSOR_CORES | NO_VENDOR_BOOST_CLOCK])
+@pytest.mark.parametrize("gpu_id", [_tensor_card(i) for i in IDS if i not in NO_TENSOR_CORES])
 def test_every_added_card_with_tensor_cores_has_a_dense_16_bit_rate(catalog, gpu_id: str) -> None:
     spec = catalog.get(gpu_id)
     assert spec.fp16_tensor_tflops is not None

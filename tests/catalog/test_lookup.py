@@ -190,6 +190,8 @@ def test_a_name_missing_only_a_qualifier_says_what_it_assumed() -> None:
     ("NVIDIA GeForce RTX 4060 Ti", 16, "rtx-4060-ti-16gb"),
     ("NVIDIA H200", 140.4, "h200-sxm"),
     ("NVIDIA GeForce RTX 4090 Laptop GPU", 16, "rtx-4090-laptop"),
+    ("NVIDIA GeForce RTX 5080 Laptop GPU", 16, "rtx-5080-laptop"),
+    ("NVIDIA GeForce RTX 5090 Laptop GPU", 24, "rtx-5090-laptop"),
 ])
 def test_driver_names_match_their_entry(catalog, reported: str, memory_gib: float, expected: str) -> None:
     if not _present(catalog, expected):

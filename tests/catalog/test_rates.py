@@ -23,13 +23,9 @@ from gpufly.errors import GpuflyError
 CATALOG = default_catalog()
 ROWS = default_architectures()
 NO_SOURCED_RATE = {
-    "rtx-pro-6000-blackwell": "NVIDIA gives only sparse FP4 for RTX PRO Blackwell; no source for its FP16 per-SM rate",
-    "rtx-pro-5000-blackwell": "NVIDIA gives only sparse FP4 for RTX PRO Blackwell; no source for its FP16 per-SM rate",
-    "rtx-pro-5000-blackwell-72gb": "NVIDIA gives only sparse FP4 for RTX PRO Blackwell; no source for its per-SM rate",
-    "rtx-pro-4500-blackwell": "NVIDIA gives only sparse FP4 for RTX PRO Blackwell; no source for its FP16 per-SM rate",
     "a10g": "neither NVIDIA nor AWS publishes its rates, SM count or clock",
-    "dgx-spark": "NVIDIA publishes no GB10 boost clock",
-    "rtx-5090-laptop": "NVIDIA publishes no boost clock for RTX 50 laptop GPUs",
+    "dgx-spark": "NVIDIA publishes no GB10 boost clock, and whether GB10 runs FP32 accumulate at GeForce's half rate "
+                 "(62.5 TFLOPS from its 500 dense FP4) or full rate (125) is not published",
     "arc-b580": "Intel's 233 INT8 TOPS implies ~2.85 GHz, not its 2670 MHz clock; no Xe2 row is derived against that",
 }
 """GPUs with tensor cores whose dense 16-bit rate can be neither read from the vendor nor derived with a sourced
@@ -74,7 +70,10 @@ def test_the_derivation_is_checked_on_cards_of_every_nvidia_generation_with_tens
 def test_each_derived_rate_names_its_formula_and_inputs(spec: GpuSpec) -> None:
     for name, formula in spec.derivations.items():
         assert name in TENSOR_FIELDS and getattr(spec, name) is not None
-        assert f"x {spec.sm_count} SMs x {spec.boost_clock_mhz:g} MHz" in formula
+        if spec.boost_clock_mhz is None:
+            assert " (published) x " in formula, formula
+        else:
+            assert f"x {spec.sm_count} SMs x {spec.boost_clock_mhz:g} MHz" in formula
         assert "https://" in formula and formula.endswith(("TFLOPS", "TOPS"))
 
 
@@ -130,6 +129,26 @@ def test_a_row_that_does_not_reproduce_a_published_rate_derives_nothing() -> Non
 ], ids=["no inputs", "no clock", "other product line", "other chip", "other architecture"])
 def test_without_inputs_or_a_matching_row_nothing_is_derived(card: GpuSpec) -> None:
     assert with_derived_rates(card, [GEFORCE]) is card
+
+
+def test_without_a_clock_a_missing_rate_follows_from_a_published_one_by_the_rows_ratio() -> None:
+    spec = with_derived_rates(_card(sm_count=46, int8_tensor_tops=240.0), [GEFORCE])
+    assert spec.fp16_tensor_tflops == pytest.approx(60.0)
+    assert spec.derivations["fp16_tensor_tflops"] == (
+        "240 TOPS INT8 (published) x 512/2048 (dense per-SM rates of Ada GeForce; https://example.org/ada.pdf) "
+        "= 60.0 TFLOPS")
+    assert "int8_tensor_tops" not in spec.derivations
+
+
+def test_published_rates_that_break_the_rows_ratio_derive_nothing_without_a_clock() -> None:
+    odd = ArchitectureRate(name="Odd", line="GeForce", vendor="nvidia", architecture="Ada Lovelace",
+                           segments=("consumer",), sources=("https://example.org/ada.pdf",),
+                           ops_per_clock_per_sm={"fp16_tensor_tflops": 512, "fp8_tensor_tflops": 1024,
+                                                 "int8_tensor_tops": 2048})
+    cut_down = _card(fp8_tensor_tflops=100.0, int8_tensor_tops=100.0)
+    assert with_derived_rates(cut_down, [odd]) is cut_down
+    kept = with_derived_rates(_card(fp8_tensor_tflops=100.0, int8_tensor_tops=201.0), [odd])
+    assert kept.fp16_tensor_tflops == pytest.approx(50.0)
 
 
 def test_two_rows_for_one_card_is_an_error_in_the_table() -> None:

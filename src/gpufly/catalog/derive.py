@@ -3,8 +3,11 @@
 Many cards (most GeForce SKUs below the flagship) have tensor cores but no published dense tensor rate: the
 vendor gives a sparse "AI TOPS" figure only. Their rate is still fixed by the silicon: dense operations per
 clock per SM (from the architecture whitepaper) x SMs x boost clock, which reproduces every rate the
-whitepapers do list. A derived figure is recorded in ``GpuSpec.derivations`` with its formula and inputs, so
-every view can show it as derived; a published figure is never replaced.
+whitepapers do list. Where the vendor gives no clock but does publish one of the row's rates for the card (an
+FP4 figure, typically), the others follow from that figure by the row's ratio of per-SM rates: both run on the
+same tensor cores at the same clock, so the clock the vendor assumed cancels out. A derived figure is recorded
+in ``GpuSpec.derivations`` with its formula and inputs, so every view can show it as derived; a published figure
+is never replaced.
 """
 
 from __future__ import annotations
@@ -64,10 +67,24 @@ class ArchitectureRate:
         return ops * spec.sm_count * spec.boost_clock_mhz / 1e6
 
     def formula(self, name: str, spec: GpuSpec, value: float) -> str:
-        unit = "TOPS" if name.endswith("_tops") else "TFLOPS"
         ops = "ops" if name.endswith("_tops") else "FLOP"
         return (f"{self.ops_per_clock_per_sm[name]} dense {ops}/clock/SM ({self.name}; {self.sources[0]}) "
-                f"x {spec.sm_count} SMs x {spec.boost_clock_mhz:g} MHz = {value:.1f} {unit}")
+                f"x {spec.sm_count} SMs x {spec.boost_clock_mhz:g} MHz = {value:.1f} {_unit(name)}")
+
+    def ratio_formula(self, name: str, anchor: str, spec: GpuSpec, value: float) -> str:
+        """How ``name`` follows from the published ``anchor`` rate when the clock is not published."""
+        return (f"{getattr(spec, anchor):g} {_unit(anchor)} {_label(anchor)} (published) x "
+                f"{self.ops_per_clock_per_sm[name]}/{self.ops_per_clock_per_sm[anchor]} (dense per-SM rates of "
+                f"{self.name}; {self.sources[0]}) = {value:.1f} {_unit(name)}")
+
+
+def _unit(name: str) -> str:
+    return "TOPS" if name.endswith("_tops") else "TFLOPS"
+
+
+def _label(name: str) -> str:
+    """``fp4_tensor_tflops`` -> ``FP4``: the format a tensor field measures."""
+    return name.split("_")[0].upper()
 
 
 def read_architectures(path: Path = ARCHITECTURES_PATH) -> tuple[ArchitectureRate, ...]:
@@ -108,19 +125,47 @@ def disagreements(spec: GpuSpec, row: ArchitectureRate) -> dict[str, tuple[float
     return off
 
 
+def published_anchors(spec: GpuSpec, row: ArchitectureRate) -> list[str]:
+    """The row's tensor fields that ``spec``'s vendor publishes, if their ratios are the row's (within 3%);
+    an empty list when they are not, since then the card is not built as the row says (a cut-down part)."""
+    anchors = [name for name in row.ops_per_clock_per_sm
+               if getattr(spec, name) is not None and name not in spec.derivations]
+    if not anchors:
+        return []
+    first = anchors[0]
+    for name in anchors[1:]:
+        expected = getattr(spec, first) * row.ops_per_clock_per_sm[name] / row.ops_per_clock_per_sm[first]
+        if abs(getattr(spec, name) - expected) > AGREEMENT * getattr(spec, name):
+            return []
+    return anchors
+
+
 def with_derived_rates(spec: GpuSpec, rows: Sequence[ArchitectureRate]) -> GpuSpec:
-    """``spec`` with each tensor rate it lacks derived from its architecture row, when it has SM count and boost
-    clock and the row reproduces every rate its vendor does publish; otherwise ``spec`` unchanged."""
+    """``spec`` with each tensor rate it lacks derived from its architecture row; otherwise ``spec`` unchanged.
+
+    With SM count and boost clock, every missing rate is ops per clock per SM x SMs x clock, provided the row
+    reproduces every rate the vendor does publish. Without a clock, a missing rate is a published rate of the
+    same card scaled by the row's per-SM ratio, provided the published rates keep the row's ratios."""
     row = row_for(spec, rows)
-    if row is None or spec.sm_count is None or spec.boost_clock_mhz is None or disagreements(spec, row):
+    if row is None:
         return spec
     values: dict[str, Any] = {}
     derivations = dict(spec.derivations)
-    for name in row.ops_per_clock_per_sm:
-        rate = row.rate(name, spec)
-        if getattr(spec, name) is None and rate is not None:
+    missing = [name for name in row.ops_per_clock_per_sm if getattr(spec, name) is None]
+    if spec.sm_count is not None and spec.boost_clock_mhz is not None:
+        if disagreements(spec, row):
+            return spec
+        for name in missing:
+            rate = row.rate(name, spec)
+            if rate is not None:
+                values[name] = round(rate, 1)
+                derivations[name] = row.formula(name, spec, rate)
+    elif anchors := published_anchors(spec, row):
+        anchor = anchors[0]
+        for name in missing:
+            rate = getattr(spec, anchor) * row.ops_per_clock_per_sm[name] / row.ops_per_clock_per_sm[anchor]
             values[name] = round(rate, 1)
-            derivations[name] = row.formula(name, spec, rate)
+            derivations[name] = row.ratio_formula(name, anchor, spec, rate)
     if not values:
         return spec
     return dataclasses.replace(spec, **values, derivations=derivations)
