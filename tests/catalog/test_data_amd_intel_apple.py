@@ -16,9 +16,7 @@ ENTRIES = tomllib.loads(DATA_FILE.read_text())["gpu"]
 APPLE_CHIPS = {entry["id"] for entry in ENTRIES if entry["vendor"] == "apple"}
 NO_PUBLISHED_RATE = {"gaudi3-pcie"}
 AWAITING_A_RATE_ROW = {
-    "arc-b580": "architectures.toml has no Xe2-HPG row",
     "max-1550": "architectures.toml has no Xe-HPC row",
-    "arc-pro-b60": "architectures.toml has no Xe2-HPG row",
 }
 NO_INTERCONNECT_FIGURE = {"mi300a", "max-1550", "gaudi3-pcie"}
 GIB = 2**30

@@ -26,7 +26,6 @@ NO_SOURCED_RATE = {
     "a10g": "neither NVIDIA nor AWS publishes its rates, SM count or clock",
     "dgx-spark": "NVIDIA publishes no GB10 boost clock, and whether GB10 runs FP32 accumulate at GeForce's half rate "
                  "(62.5 TFLOPS from its 500 dense FP4) or full rate (125) is not published",
-    "arc-b580": "Intel's 233 INT8 TOPS implies ~2.85 GHz, not its 2670 MHz clock; no Xe2 row is derived against that",
 }
 """GPUs with tensor cores whose dense 16-bit rate can be neither read from the vendor nor derived with a sourced
 per-SM rate and clock; each names what is missing. Reported as expected failures, never hidden."""
@@ -50,7 +49,20 @@ def test_every_gpu_with_tensor_cores_has_a_dense_16_bit_rate(spec: GpuSpec) -> N
     assert spec.fp16_tensor_tflops is not None or spec.bf16_tensor_tflops is not None, why
 
 
-@pytest.mark.parametrize("spec", CHECKABLE, ids=lambda spec: spec.id)
+VENDOR_FIGURE_AT_ANOTHER_CLOCK = {
+    "arc-b580": "Intel's 233 INT8 TOPS assumes about 2.85 GHz, not the 2670 MHz graphics clock (7% off)",
+}
+"""Cards whose vendor figures assume a clock other than the stored one; their missing rates follow from the
+published ones by the row's ratio instead (``derive.CLOCK_LEEWAY``)."""
+
+
+def _checkable(spec: GpuSpec) -> object:
+    reason = VENDOR_FIGURE_AT_ANOTHER_CLOCK.get(spec.id)
+    marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
+    return pytest.param(spec, id=spec.id, marks=marks)
+
+
+@pytest.mark.parametrize("spec", [_checkable(spec) for spec in CHECKABLE])
 def test_the_derivation_reproduces_every_published_rate_within_3_percent(spec: GpuSpec) -> None:
     row = row_for(spec, ROWS)
     assert row is not None
@@ -70,10 +82,8 @@ def test_the_derivation_is_checked_on_cards_of_every_nvidia_generation_with_tens
 def test_each_derived_rate_names_its_formula_and_inputs(spec: GpuSpec) -> None:
     for name, formula in spec.derivations.items():
         assert name in TENSOR_FIELDS and getattr(spec, name) is not None
-        if spec.boost_clock_mhz is None:
-            assert " (published) x " in formula, formula
-        else:
-            assert f"x {spec.sm_count} SMs x {spec.boost_clock_mhz:g} MHz" in formula
+        from_a_published_rate = " (published) x " in formula
+        assert from_a_published_rate or f"x {spec.sm_count} SMs x {spec.boost_clock_mhz:g} MHz" in formula
         assert "https://" in formula and formula.endswith(("TFLOPS", "TOPS"))
 
 
@@ -149,6 +159,13 @@ def test_published_rates_that_break_the_rows_ratio_derive_nothing_without_a_cloc
     assert with_derived_rates(cut_down, [odd]) is cut_down
     kept = with_derived_rates(_card(fp8_tensor_tflops=100.0, int8_tensor_tops=201.0), [odd])
     assert kept.fp16_tensor_tflops == pytest.approx(50.0)
+
+
+def test_when_the_vendors_figure_assumes_another_clock_the_ratio_to_that_figure_is_used() -> None:
+    spec = with_derived_rates(_card(sm_count=46, boost_clock_mhz=2480, int8_tensor_tops=250.0), [GEFORCE])
+    assert spec.int8_tensor_tops == 250.0
+    assert spec.fp16_tensor_tflops == pytest.approx(62.5)
+    assert " (published) x 512/2048 " in spec.derivations["fp16_tensor_tflops"]
 
 
 def test_two_rows_for_one_card_is_an_error_in_the_table() -> None:

@@ -26,6 +26,10 @@ from gpufly.records import checked, from_dict
 
 ARCHITECTURES_PATH = Path(__file__).with_name("architectures.toml")
 AGREEMENT = 0.03
+CLOCK_LEEWAY = 0.10
+"""How far the clock a vendor's published rate implies may stray from the stored boost clock and still be read as
+the same silicon at another clock (Intel's Arc B580 TOPS assume 2.85 GHz against its 2.67 GHz graphics clock, 7%
+off); further off, the card is a cut-down part (the H20: a quarter of the H100's per-SM rate) and gets nothing."""
 """How close a row must reproduce each rate the vendor publishes for a card before it may fill in the others:
 the whitepapers round to a few digits and quote clocks to 5 MHz, which stays well inside 3%."""
 
@@ -144,17 +148,20 @@ def with_derived_rates(spec: GpuSpec, rows: Sequence[ArchitectureRate]) -> GpuSp
     """``spec`` with each tensor rate it lacks derived from its architecture row; otherwise ``spec`` unchanged.
 
     With SM count and boost clock, every missing rate is ops per clock per SM x SMs x clock, provided the row
-    reproduces every rate the vendor does publish. Without a clock, a missing rate is a published rate of the
-    same card scaled by the row's per-SM ratio, provided the published rates keep the row's ratios."""
+    reproduces every rate the vendor does publish. Without a clock, or when the vendor's figures assume a clock
+    up to 10% away from the one stored, a missing rate is a published rate of the same card scaled by the row's
+    per-SM ratio, provided the published rates keep the row's ratios to each other. A card whose published rates
+    are further from the row is a cut-down part: nothing is derived for it."""
     row = row_for(spec, rows)
     if row is None:
         return spec
     values: dict[str, Any] = {}
     derivations = dict(spec.derivations)
     missing = [name for name in row.ops_per_clock_per_sm if getattr(spec, name) is None]
-    if spec.sm_count is not None and spec.boost_clock_mhz is not None:
-        if disagreements(spec, row):
-            return spec
+    off = disagreements(spec, row)
+    if any(abs(published / derived - 1) > CLOCK_LEEWAY for published, derived in off.values()):
+        return spec
+    if spec.sm_count is not None and spec.boost_clock_mhz is not None and not off:
         for name in missing:
             rate = row.rate(name, spec)
             if rate is not None:
