@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import fields
+from types import SimpleNamespace
 
 import pynvml
 import pytest
@@ -102,3 +103,80 @@ def test_every_declared_read_names_a_real_pynvml_function_and_its_constants(reco
     for how in reads:
         assert any(callable(getattr(pynvml, name, None)) for name in how.functions), how.functions
         assert all(isinstance(getattr(pynvml, name, None), int) for name in how.args), how.args
+
+
+def test_a_node_of_any_size_lists_its_processes_and_answers_not_supported_like_a_geforce() -> None:
+    reader = reader_for(FakePynvml.node(32, pids=list(range(100, 164)), processes_per_gpu=8))
+    samples = [reader.sample(index) for index in range(reader.count())]
+    assert len(samples) == 32 and {s.name for s in samples} == {"NVIDIA GeForce RTX 4090"}
+    assert [p.pid for p in samples[0].processes] == list(range(100, 108))
+    assert [p.pid for p in samples[8].processes] == list(range(100, 108)), "64 pids over 256 slots: each on 4 GPUs"
+    assert samples[31].ecc_corrected_volatile is None and samples[31].mig_enabled is None, "not supported"
+    assert samples[31].power_w == pytest.approx(402.0) and samples[31].unavailable is None, "N/A is no failure"
+
+
+BINDING_FAILURES = [RuntimeError("driver is being reloaded"), OSError(5, "Input/output error"),
+                    AttributeError("'NoneType' object has no attribute 'contents'"), TypeError("bad argument type")]
+
+
+@pytest.mark.parametrize("failure", BINDING_FAILURES, ids=lambda exc: type(exc).__name__)
+def test_a_field_the_binding_fails_on_is_none_with_the_reason_and_the_rest_is_read(failure: Exception) -> None:
+    fake = fake_nvml("monitor/nvml_live.json")
+    fake.fail("nvmlDeviceGetMemoryInfo", failure)
+    reader = reader_for(fake)
+    h100 = reader.sample(0)
+    assert not h100.lost and h100.memory_used_bytes is None and h100.memory_total_bytes is None
+    assert h100.unavailable == (f"memory_total_bytes, memory_used_bytes, memory_free_bytes: "
+                                f"{type(failure).__name__} from the NVML binding: {failure}")
+    assert h100.power_w == pytest.approx(698.5) and h100.processes, "the other fields and the processes are read"
+    assert h100.fan_percent is None and "fan" not in h100.unavailable, "not supported is N/A, not a failure"
+    fake.fail("nvmlDeviceGetMemoryInfo", None)
+    assert reader.sample(0).unavailable is None
+    assert reader.device(0).memory_total_bytes == 85520809984, "a static fact that failed is asked again"
+
+
+@pytest.mark.parametrize("failure", BINDING_FAILURES, ids=lambda exc: type(exc).__name__)
+def test_a_gpu_whose_handle_the_binding_fails_on_is_lost_with_the_reason(failure: Exception) -> None:
+    fake = fake_nvml("monitor/nvml_live.json")
+    reader = reader_for(fake)
+    reader.sample(0)
+    fake.fail("nvmlDeviceGetHandleByIndex", failure)
+    lost = reader.sample(0)
+    assert lost.lost and lost.name == "NVIDIA H100 80GB HBM3", "the name seen before is kept"
+    assert lost.unavailable == f"{type(failure).__name__} from the NVML binding: {failure}"
+    fake.fail("nvmlDeviceGetHandleByIndex", None)
+    assert not reader.sample(0).lost, "the next sample asks again"
+
+
+def test_a_gpu_that_falls_off_the_bus_says_so() -> None:
+    fake = fake_nvml("monitor/nvml_live.json")
+    reader = reader_for(fake)
+    fake.lose(1)
+    assert reader.sample(1).unavailable == "fallen off the bus (NVML_ERROR_GPU_IS_LOST)"
+
+
+def test_an_nvml_error_other_than_not_supported_is_named() -> None:
+    fake = fake_nvml("monitor/nvml_live.json")
+    fake.fail("nvmlDeviceGetTemperature", pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION))
+    h100 = reader_for(fake).sample(0)
+    assert h100.temperature_c is None and h100.unavailable == "temperature_c: NVML_ERROR_NO_PERMISSION"
+
+
+def test_an_answer_gpufly_cannot_read_is_a_reason_not_a_crash() -> None:
+    fake = fake_nvml("monitor/nvml_live.json")
+    fake.nvmlDeviceGetName = lambda handle: b"\xff\xfe"  # type: ignore[method-assign]
+    fake.nvmlDeviceGetPowerUsage = lambda handle: "698500"  # type: ignore[method-assign]
+    h100 = reader_for(fake).sample(0)
+    assert h100.name == "unknown" and h100.power_w is None and not h100.lost
+
+
+def test_a_process_list_gpufly_cannot_read_lists_what_it_can() -> None:
+    fake = fake_nvml("monitor/nvml_live.json")
+    fake.nvmlDeviceGetComputeRunningProcesses = lambda handle: [  # type: ignore[method-assign]
+        SimpleNamespace(pid=4242, usedGpuMemory=1024), None, SimpleNamespace(pid="7", usedGpuMemory=None)]
+    fake.nvmlDeviceGetGraphicsRunningProcesses = lambda handle: 17  # type: ignore[method-assign]
+    fake.nvmlDeviceGetProcessUtilization = lambda handle, since: [  # type: ignore[method-assign]
+        SimpleNamespace(pid=4242, smUtil=None, timeStamp=5), object()]
+    h100 = reader_for(fake).sample(0)
+    assert [(p.pid, p.kind, p.gpu_memory_bytes, p.gpu_sm_percent) for p in h100.processes] == [
+        (4242, "compute", 1024, None)]

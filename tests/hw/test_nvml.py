@@ -9,6 +9,7 @@ import pytest
 
 from gpufly.errors import GpuflyError
 from gpufly.hw import FIXTURE_ENV, Nvml, load_pynvml
+from gpufly.hw import nvml as nvml_module
 from gpufly.hw.fake_nvml import FakePynvml
 from tests.fakes.nvml import FIXTURES, fake_nvml
 
@@ -70,3 +71,58 @@ def test_real_nvml_on_this_machine_never_raises() -> None:
     if not status.available:
         assert status.reason
     nvml.close()
+
+
+BINDING_FAILURES = [RuntimeError("driver is being reloaded"), OSError(5, "Input/output error"),
+                    AttributeError("module 'pynvml' has no attribute 'nvmlInit_v2'"), TypeError("bad argument type")]
+"""What a broken pynvml or a driver being reloaded raises instead of an NVMLError."""
+
+
+@pytest.mark.parametrize("failure", BINDING_FAILURES, ids=lambda exc: type(exc).__name__)
+def test_any_exception_from_nvml_init_is_a_reason_not_a_crash(failure: Exception) -> None:
+    fake = fake_nvml("nvml_two_gpus.json")
+    fake.fail("nvmlInit", failure)
+    status = Nvml(fake).open()
+    assert status.available is False
+    assert status.reason and status.reason.startswith(("NVML failed to start", "NVML library could not be loaded"))
+    assert str(failure.args[-1]) in status.reason
+
+
+@pytest.mark.parametrize("failure", BINDING_FAILURES, ids=lambda exc: type(exc).__name__)
+def test_any_exception_from_a_call_is_named_and_never_raised(failure: Exception) -> None:
+    fake = fake_nvml("nvml_two_gpus.json")
+    with Nvml(fake) as nvml:
+        nvml.open()
+        fake.fail("nvmlDeviceGetName", failure)
+        value, error = nvml.call("nvmlDeviceGetName", 0)
+        assert value is None and error == f"{type(failure).__name__} from the NVML binding: {failure}"
+        assert nvml.query("nvmlDeviceGetUUID", 0) is not None, "the other calls go on"
+        fake.fail("nvmlDeviceGetName", None)
+        assert nvml.query("nvmlDeviceGetName", 0) == "NVIDIA H100 80GB HBM3", "and the failing one once healed"
+
+
+@pytest.mark.parametrize("failure", BINDING_FAILURES, ids=lambda exc: type(exc).__name__)
+def test_a_count_nvml_cannot_give_comes_with_the_reason(failure: Exception) -> None:
+    fake = fake_nvml("nvml_two_gpus.json")
+    with Nvml(fake) as nvml:
+        nvml.open()
+        assert nvml.count_devices() == (2, None)
+        fake.fail("nvmlDeviceGetCount", failure)
+        assert nvml.count_devices() == (
+            0, f"NVML could not list the GPUs ({type(failure).__name__} from the NVML binding: {failure})")
+        assert nvml.device_count() == 0
+
+
+def test_error_names_are_looked_up_once_per_session_not_once_per_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvidia-ml-py has about 2,500 names; scanning them for every "not supported" cost 0.2 ms a field."""
+    scans: list[object] = []
+    scan = nvml_module.error_names
+    monkeypatch.setattr(nvml_module, "error_names", lambda lib: scans.append(lib) or scan(lib))
+    fake = FakePynvml.node(2)
+    with Nvml(fake) as nvml:
+        nvml.open()
+        for _ in range(10):
+            assert nvml.call("nvmlDeviceGetTotalEccErrors", 0, 0, 0) == (None, "NVML_ERROR_NOT_SUPPORTED")
+        fake.lose(1)
+        assert nvml.call("nvmlDeviceGetName", 1) == (None, "NVML_ERROR_GPU_IS_LOST")
+    assert len(scans) == 1

@@ -5,16 +5,23 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections import Counter
+from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import psutil
 import pynvml
 import pytest
 
+from gpufly.hw import ProcessSample
 from gpufly.hw.fake_nvml import FakePynvml
-from gpufly.monitor.backends.live import LiveBackend, container_of
+from gpufly.monitor.backends import live
+from gpufly.monitor.backends.live import LiveBackend, ProcessJoiner, container_of
 from gpufly.monitor.format import no_gpu_line
-from tests.fakes.nvml import fake_nvml
+from tests.fakes.nvml import GONE_PID_BASE, fake_nvml, machine_pids
 
 
 @pytest.fixture
@@ -112,6 +119,170 @@ def test_container_id_from_cgroup(tmp_path: Path, cgroup: str, expected: str | N
     (tmp_path / "99" / "cgroup").write_text(cgroup + "\n")
     assert container_of(99, tmp_path) == expected
     assert container_of(12345, tmp_path) is None, "unreadable: None, not an error"
+
+
+class CountingOs:
+    """What the joiner asks of the OS, counted per pid: psutil processes opened, stat files and cgroups read."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.opened: Counter[int] = Counter()
+        self.stats_read: Counter[int] = Counter()
+        self.cgroups_read: Counter[int] = Counter()
+        monkeypatch.setattr(live, "read_proc_stat", self._counting(live.read_proc_stat, self.stats_read))
+        monkeypatch.setattr(live, "container_of", self._counting(live.container_of, self.cgroups_read))
+
+    @staticmethod
+    def _counting(read: Callable[..., Any], counts: Counter[int]) -> Callable[..., Any]:
+        def counted(pid: int, *args: Any) -> Any:
+            counts[pid] += 1
+            return read(pid, *args)
+
+        return counted
+
+    def open_process(self, pid: int) -> psutil.Process:
+        self.opened[pid] += 1
+        return psutil.Process(pid)
+
+
+@pytest.mark.parametrize("procfs", [True, False], ids=["procfs", "psutil"])
+def test_32_gpus_with_8_processes_each_read_each_pid_once_a_sample_and_its_identity_once(
+        monkeypatch: pytest.MonkeyPatch, procfs: bool) -> None:
+    pids = machine_pids(16, gone=4)
+    real = [pid for pid in pids if pid < GONE_PID_BASE]
+    os_side = CountingOs(monkeypatch)
+    joiner = ProcessJoiner(open_process=os_side.open_process, procfs=procfs)
+    backend = LiveBackend(FakePynvml.node(32, pids, processes_per_gpu=8), joiner=joiner)
+    for _ in range(3):
+        gpus = backend.snapshot().gpus
+    assert len(gpus) == 32 and sum(len(gpu.processes) for gpu in gpus) == 16 * len(real), "gone pids left out"
+    if procfs:
+        assert os_side.stats_read == {pid: 3 for pid in pids}, "each pid once a sample, though listed on 16 GPUs"
+        assert os_side.opened == {pid: 1 for pid in real}, "psutil only for who the process is"
+    else:
+        assert os_side.opened == {pid: 3 for pid in pids}, "each pid once a sample, though listed on 16 GPUs"
+    assert os_side.cgroups_read == {pid: 1 for pid in real}, "user, command, container: once a process lifetime"
+    me = next(p for p in gpus[0].processes if p.pid == os.getpid())
+    assert me.user and me.name and me.cmdline and me.rss_bytes and me.cpu_percent is not None
+
+
+class FakeProcess:
+    """A process as psutil shows it, started at ``started``: enough for the joiner."""
+
+    def __init__(self, pid: int, started: float, name: str) -> None:
+        self.pid, self.started, self._name = pid, started, name
+
+    def create_time(self) -> float:
+        return self.started
+
+    def name(self) -> str:
+        return self._name
+
+    def cmdline(self) -> list[str]:
+        return [self._name, "--serve"]
+
+    def username(self) -> str:
+        return "alice"
+
+    def oneshot(self) -> nullcontext[None]:
+        return nullcontext()
+
+    def cpu_percent(self) -> float:
+        return 12.5
+
+    def memory_info(self) -> SimpleNamespace:
+        return SimpleNamespace(rss=2**20)
+
+
+class FakeMachine:
+    """A /proc tree and psutil's view of it, with processes a test starts, runs and replaces."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.processes: dict[int, FakeProcess] = {}
+        self.now = 1000.0
+
+    def start(self, pid: int, name: str, started_ticks: int, cpu_ticks: int = 0) -> None:
+        (self.root / str(pid)).mkdir(exist_ok=True)
+        (self.root / str(pid) / "cgroup").write_text(f"0::/system.slice/docker-{pid:012x}{'0' * 52}.scope\n")
+        self.run(pid, name, started_ticks, cpu_ticks)
+        self.processes[pid] = FakeProcess(pid, started_ticks / 100, name)
+
+    def run(self, pid: int, name: str, started_ticks: int, cpu_ticks: int) -> None:
+        """Set the process's CPU time so far (user and system split evenly), as the kernel does."""
+        user, system = cpu_ticks // 2, cpu_ticks - cpu_ticks // 2
+        (self.root / str(pid) / "stat").write_text(
+            f"{pid} ({name}) S 1 {pid} {pid} 0 -1 0 0 0 0 0 {user} {system} 0 0 20 0 1 0 {started_ticks} 0 256")
+
+    def open_process(self, pid: int) -> FakeProcess:
+        if pid not in self.processes:
+            raise psutil.NoSuchProcess(pid)
+        return self.processes[pid]
+
+    def joiner(self, procfs: bool = True) -> ProcessJoiner:
+        return ProcessJoiner(self.root, open_process=self.open_process, clock=lambda: self.now, procfs=procfs)
+
+
+def listed(*pids: int) -> list[ProcessSample]:
+    return [ProcessSample(pid=pid, gpu_index=0, kind="compute") for pid in pids]
+
+
+@pytest.mark.parametrize("procfs", [True, False], ids=["procfs", "psutil"])
+def test_a_reused_pid_is_read_afresh_and_never_shows_the_old_process(tmp_path: Path, procfs: bool) -> None:
+    machine = FakeMachine(tmp_path)
+    machine.start(7, "python", started_ticks=10_000)
+    joiner = machine.joiner(procfs)
+    first = joiner.join(listed(7, 8))
+    assert [(p.pid, p.name, p.cmdline, p.user, p.container) for p in first] == [
+        (7, "python", "python --serve", "alice", "000000000007")], "pid 8 is gone: left out"
+    machine.processes[7] = FakeProcess(7, started=200.0, name="nginx")
+    machine.run(7, "nginx", started_ticks=20_000, cpu_ticks=0)
+    assert joiner.join(listed(7))[0].name == "nginx"
+
+
+def test_cpu_percent_is_the_ticks_used_between_samples_over_the_time_between(tmp_path: Path) -> None:
+    machine = FakeMachine(tmp_path)
+    machine.start(7, "python", started_ticks=10_000, cpu_ticks=500)
+    joiner = machine.joiner()
+    assert joiner.join(listed(7))[0].cpu_percent == 0.0, "first sight: 0%, as in top"
+    machine.now += 2.0
+    machine.run(7, "python", started_ticks=10_000, cpu_ticks=500 + 300)  # 3 s of CPU in 2 s: 1.5 cores
+    process = joiner.join(listed(7))[0]
+    assert process.cpu_percent == 150.0 and process.rss_bytes == 256 * os.sysconf("SC_PAGE_SIZE")
+    machine.now += 1.0
+    machine.processes[7] = FakeProcess(7, started=300.0, name="nginx")
+    machine.run(7, "nginx", started_ticks=30_000, cpu_ticks=9_000)
+    assert joiner.join(listed(7))[0].cpu_percent == 0.0, "a new process behind the pid starts from 0%"
+
+
+@pytest.mark.parametrize(("call", "failure"), [
+    ("nvmlDeviceGetPowerUsage", RuntimeError("driver is being reloaded")),
+    ("nvmlDeviceGetHandleByIndex", TypeError("bad argument type")),
+    ("nvmlDeviceGetCount", OSError(5, "Input/output error")),
+])
+def test_an_exception_from_the_binding_shows_in_the_sample_and_sampling_goes_on(
+        fake: FakePynvml, call: str, failure: Exception) -> None:
+    backend = LiveBackend(fake)
+    assert backend.snapshot().gpus[0].power_w is not None
+    fake.fail(call, failure)
+    broken = backend.snapshot()
+    reason = f"{type(failure).__name__} from the NVML binding: {failure}"
+    if call == "nvmlDeviceGetCount":
+        assert broken.gpus == [] and broken.gpu_status == f"NVML could not list the GPUs ({reason})"
+    elif call == "nvmlDeviceGetHandleByIndex":
+        assert all(g.lost and g.unavailable == reason for g in broken.gpus)
+    else:
+        assert broken.gpus[0].power_w is None and broken.gpus[0].unavailable == f"power_w: {reason}"
+    fake.fail(call, None)
+    healed = backend.snapshot()
+    assert healed.gpus[0].power_w is not None and healed.gpu_status is None
+
+
+def test_an_exception_from_nvml_init_leaves_the_host_and_the_reason(fake: FakePynvml) -> None:
+    fake.fail("nvmlInit", AttributeError("module 'pynvml' has no attribute 'nvmlInit_v2'"))
+    snapshot = LiveBackend(fake).snapshot()
+    assert snapshot.gpus == [] and snapshot.host.memory_total_bytes
+    assert snapshot.gpu_status == (
+        "NVML failed to start (AttributeError from the NVML binding: module 'pynvml' has no attribute 'nvmlInit_v2')")
 
 
 @pytest.mark.gpu

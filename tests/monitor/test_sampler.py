@@ -10,9 +10,11 @@ import pytest
 
 from gpufly.errors import GpuflyError
 from gpufly.hw import GpuSample, ProcessSample
+from gpufly.monitor.backends.live import LiveBackend
 from gpufly.monitor.backends.replay import ReplayBackend, read_recording
 from gpufly.monitor.sample import Snapshot
 from gpufly.monitor.sampler import History, Sampler
+from tests.fakes.nvml import fake_nvml
 
 RECORDING = Path(__file__).parent.parent / "fixtures" / "monitor" / "two_gpus.jsonl"
 PATIENCE_S = 60.0
@@ -139,6 +141,23 @@ def test_a_failing_listener_does_not_stop_the_sampler_thread() -> None:
     sampler.stop()
     assert "No space left" in sampler.errors[0]
     assert sampler.history.samples >= 2, "it went on sampling after the first failure"
+
+
+def test_a_binding_that_breaks_and_recovers_mid_run_costs_samples_not_the_run() -> None:
+    """`watch` samples in the foreground, where an error ends the run: NVML's must never be one."""
+    fake = fake_nvml("monitor/nvml_live.json")
+    faults = iter([("nvmlDeviceGetCount", RuntimeError("driver is being reloaded")), ("nvmlDeviceGetCount", None)])
+
+    def driver_reload(_: Snapshot) -> None:
+        fake.fail(*next(faults, ("nvmlDeviceGetCount", None)))
+
+    clock = FakeClock()
+    seen: list[Snapshot] = []
+    sampler = Sampler(LiveBackend(fake), listeners=[seen.append, driver_reload], clock=clock, wait=clock.wait)
+    assert sampler.run(count=3) == 3
+    assert [len(snapshot.gpus) for snapshot in seen] == [2, 0, 2]
+    assert seen[1].gpu_status == ("NVML could not list the GPUs "
+                                  "(RuntimeError from the NVML binding: driver is being reloaded)")
 
 
 def test_replay_plays_the_recording_in_order_and_loops() -> None:

@@ -175,7 +175,7 @@ def test_once_shows_a_gpu_the_fixture_marks_lost_and_the_other(cli, tmp_path: Pa
     done = cli("top", "--once", env={FIXTURE_ENV: str(tmp_path / "lost.json")})
     assert done.code == 0, done.stderr
     lost, alive = done.stdout.splitlines()[1:3]
-    assert lost == "[0] unknown GPU | LOST (fallen off the bus)"
+    assert lost == "[0] unknown GPU | LOST (fallen off the bus (NVML_ERROR_GPU_IS_LOST))"
     assert alive.startswith("[1] NVIDIA A100-SXM4-80GB | 38C")
 
 

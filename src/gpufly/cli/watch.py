@@ -30,7 +30,7 @@ def _line(snapshot: Snapshot) -> str:
     parts = []
     for gpu in snapshot.gpus:
         if gpu.lost:
-            parts.append(f"[{gpu.index}] lost")
+            parts.append(f"[{gpu.index}] lost" + (f" ({gpu.unavailable})" if gpu.unavailable else ""))
             continue
         parts.append(f"[{gpu.index}] {fmt_number(gpu.utilization_gpu_percent, '%')} "
                      f"{fmt_bytes(gpu.memory_used_bytes)}/{fmt_bytes(gpu.memory_total_bytes)} "

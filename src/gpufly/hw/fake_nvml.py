@@ -9,33 +9,107 @@ The fixture is JSON in the units NVML returns (mW, mJ, KB/s, MHz, bytes)::
     {"driver_version": "550.54.15", "cuda_driver_version": 12040,
      "init_error": "NVML_ERROR_LIBRARY_NOT_FOUND",       # optional: nvmlInit fails with this code
      "lost": [1],                                         # optional: GPUs that have fallen off the bus
+     "raises": {"nvmlDeviceGetPowerUsage": "RuntimeError: driver reloading"},  # optional: a broken binding
      "devices": [{"name": ..., "uuid": ..., "memory_total": ..., "memory_used": ..., "not_supported": [...],
                   "utilization": [gpu, memory], "power_mw": ..., "clocks_mhz": {"sm": ..., "mem": ...}, ...}]}
 
 A key a device lacks, a call listed in its ``not_supported``, and any NVML function this fake has no
 answer for all raise ``NVMLError(NVML_ERROR_NOT_SUPPORTED)``, as a card without that sensor does; so a
 reader that learns a new call needs no fixture change to keep running.
+
+``FakePynvml.node(gpus, pids, processes_per_gpu)`` builds a machine of any size without a file (the monitor's
+scaling benchmark and tests: 32 GeForce-like GPUs with 8 processes each), and ``fail(call, exc)`` (or the
+fixture's ``raises``, with one of ``BINDING_FAILURES``) makes one call raise an exception that is not an
+NVMLError, as a broken binding or a driver being reloaded does.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeVar
 
 import pynvml
 
 from gpufly.errors import GpuflyError
 
+FakeClass = TypeVar("FakeClass", bound=type)
+
 Handle = int | tuple[int, int]
 """A GPU's index, or (parent index, slot) for a MIG instance."""
+
+
+GEFORCE_NOT_SUPPORTED: tuple[str, ...] = (
+    "nvmlDeviceGetTotalEccErrors",
+    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceGetProcessUtilization",
+)
+"""Calls a GeForce card answers NotSupported (no ECC, no MIG; the power limit and per-process utilization
+depend on the board and driver): each costs an NVMLError on every sample, as on a real consumer card."""
+
+
+BINDING_FAILURES: dict[str, type[Exception]] = {
+    kind.__name__: kind for kind in (RuntimeError, OSError, TypeError, AttributeError, ValueError)}
+"""The exceptions a fixture's ``raises`` may name: what a broken pynvml or a driver being reloaded raises."""
+
+
+def _binding_failure(spec: str) -> Exception:
+    """``"RuntimeError: driver reloading"`` as the exception it names."""
+    kind, _, message = spec.partition(":")
+    if kind.strip() not in BINDING_FAILURES:
+        raise ValueError(f"'raises' names {kind.strip()!r}; use one of {', '.join(BINDING_FAILURES)}")
+    return BINDING_FAILURES[kind.strip()](message.strip())
 
 
 def _not_supported(*args: Any) -> Any:
     raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
 
 
+def node_fixture(gpus: int, pids: Sequence[int] = (), processes_per_gpu: int = 0,
+                 not_supported: Sequence[str] = GEFORCE_NOT_SUPPORTED) -> dict[str, Any]:
+    """A recorded machine of ``gpus`` identical GeForce cards, each running ``processes_per_gpu`` of ``pids``.
+
+    GPU i lists the pids from position ``i * processes_per_gpu`` on, wrapping round, so with fewer pids than
+    slots a process appears on several GPUs (one process driving many GPUs, as a data loader or a DDP-less job).
+    """
+    def device(index: int) -> dict[str, Any]:
+        start = index * processes_per_gpu
+        listed = [pids[(start + slot) % len(pids)] for slot in range(processes_per_gpu)] if pids else []
+        return {
+            "name": "NVIDIA GeForce RTX 4090", "uuid": f"GPU-00000000-0000-0000-0000-{index:012d}",
+            "memory_total": 25757220864, "memory_used": 2**30 * (1 + len(listed)), "compute_capability": [8, 9],
+            "pci_bus_id": f"00000000:{index + 1:02X}:00.0", "minor_number": index, "utilization": [88, 41],
+            "power_mw": 402000, "power_limit_mw": 450000, "energy_mj": 123456789, "temperature_c": 66,
+            "fan_percent": 54, "clocks_mhz": {"sm": 2520, "mem": 10501}, "max_clocks_mhz": {"sm": 3105, "mem": 10501},
+            "pcie_kb_per_s": {"tx": 4096, "rx": 65536}, "clocks_event_reasons": 0,
+            "processes": {"compute": [{"pid": pid, "used_memory": 2**30} for pid in dict.fromkeys(listed)],
+                          "graphics": []},
+            "not_supported": list(not_supported),
+        }
+
+    return {"driver_version": "550.54.15", "cuda_driver_version": 12040,
+            "devices": [device(index) for index in range(gpus)]}
+
+
+def _raising(exc: BaseException) -> Any:
+    def call(*args: Any) -> Any:
+        raise exc.with_traceback(None)  # a fresh traceback on every call, not one growing across calls
+
+    return call
+
+
+def _with_nvml_constants(cls: FakeClass) -> FakeClass:
+    """The class with pynvml's own constants (NVML_CLOCK_SM, NVML_ERROR_*...), copied once, not per fake."""
+    for name in dir(pynvml):
+        if name.startswith("NVML_"):
+            setattr(cls, name, getattr(pynvml, name))
+    return cls
+
+
+@_with_nvml_constants
 class FakePynvml:
     """Mimics the part of pynvml that gpufly calls; error constants and classes are pynvml's own."""
 
@@ -48,9 +122,14 @@ class FakePynvml:
         self._init_error = init_error if named_error is None else getattr(pynvml, named_error)
         self._lost = set(lost) | set(self._data.get("lost", []))
         self.calls: list[str] = []
-        for name in dir(pynvml):
-            if name.startswith("NVML_"):
-                setattr(self, name, getattr(pynvml, name))
+        for call, spec in self._data.get("raises", {}).items():
+            self.fail(call, _binding_failure(spec))
+
+    @classmethod
+    def node(cls, gpus: int, pids: Sequence[int] = (), processes_per_gpu: int = 0,
+             not_supported: Sequence[str] = GEFORCE_NOT_SUPPORTED) -> FakePynvml:
+        """The fake for a machine built in code (``node_fixture``): any number of GPUs and processes."""
+        return cls(node_fixture(gpus, pids, processes_per_gpu, not_supported))
 
     @classmethod
     def from_file(cls, path: Path, **kwargs: Any) -> FakePynvml:
@@ -72,6 +151,14 @@ class FakePynvml:
     def lose(self, index: int) -> None:
         """The GPU falls off the bus: every later call on it raises GPU_IS_LOST."""
         self._lost.add(index)
+
+    def fail(self, call: str, exc: BaseException | None) -> None:
+        """Make every later ``call`` (``"nvmlInit"``, ``"nvmlDeviceGetPowerUsage"``...) raise ``exc``, as a
+        broken binding or a driver being reloaded does (a RuntimeError, OSError, TypeError...); None heals it."""
+        if exc is None:
+            self.__dict__.pop(call, None)
+        else:
+            setattr(self, call, _raising(exc))  # an instance attribute shadows the method of that name
 
     def set_processes(self, index: int, compute: list[dict[str, Any]],
                       graphics: tuple[dict[str, Any], ...] | list[dict[str, Any]] = ()) -> None:

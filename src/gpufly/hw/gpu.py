@@ -8,7 +8,10 @@ and ``GpuReader`` fills every field so declared. Adding a metric is one such lin
 (``gpufly.monitor.metrics``) decides how it is shown and exported.
 
 A call the card does not support reads as None; a GPU that falls off the bus mid-read comes back with
-``lost=True`` while the others go on (nvitop's ``Device`` shape, with gpustat's tested faults).
+``lost=True`` while the others go on (nvitop's ``Device`` shape, with gpustat's tested faults). A read that
+fails for another reason (an NVML error other than "not supported", or any exception from a broken binding)
+also reads as None, and ``GpuSample.unavailable`` says why; a GPU whose handle cannot be had at all is lost,
+with the reason there too.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from gpufly.hw.nvml import LOST, Nvml, decode
+from gpufly.hw.nvml import LOST, ROUTINE_ERRORS, Nvml, decode
 
 Convert = Callable[[Any], Any]
 
@@ -109,6 +112,9 @@ def reason_names(mask: Any) -> list[str] | None:
 
 LOST_NAME = "unknown (GPU lost or inaccessible)"
 
+FELL_OFF_THE_BUS = f"fallen off the bus ({LOST})"
+"""Why a GPU is lost when NVML says so; otherwise the reason is the error that kept its handle from us."""
+
 
 @dataclass(frozen=True)
 class GpuDevice:
@@ -178,6 +184,11 @@ class GpuSample:
     pci_bus_id: str | None = None
     minor_number: int | None = None
     lost: bool = False
+    unavailable: str | None = None
+    """Why the GPU is lost, or why figures it supports could not be read, when something failed rather than
+    the card lacking them: ``fallen off the bus (NVML_ERROR_GPU_IS_LOST)``, or ``power_w, energy_j:
+    RuntimeError from the NVML binding: ...`` (the fields, then the reason; several such parts joined by "; ").
+    None when everything the card reports was read."""
     utilization_gpu_percent: float | None = nvml("nvmlDeviceGetUtilizationRates", convert=part("gpu"))
     """NVML "GPU utilization": share of time some kernel ran, not how busy the SMs were."""
     utilization_memory_percent: float | None = nvml("nvmlDeviceGetUtilizationRates", convert=part("memory"))
@@ -253,40 +264,68 @@ def declared_reads(record: type) -> tuple[tuple[str, NvmlRead], ...]:
 
 
 class _Reader:
-    """Reads one handle's fields, asking each distinct NVML call once and remembering whether the GPU is lost."""
+    """Reads one handle's fields, asking each distinct NVML call once, remembering whether the GPU is lost and
+    why any figure could not be read."""
 
     def __init__(self, nvml: Nvml, handle: Any) -> None:
         self.nvml, self.handle = nvml, handle
         self.lost = False
-        self._answers: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self.failures: dict[str, list[str]] = {}
+        """Reason -> what could not be read for it (field names, in order)."""
+        self._answers: dict[tuple[str, tuple[str, ...]], tuple[Any, str | None]] = {}
 
-    def ask(self, function: str, *args: Any) -> Any:
-        if self.lost:
-            return None
-        value, error = self.nvml.call(function, self.handle, *args)
-        self.lost = error == LOST
+    def ask(self, function: str, *args: Any, what: str | None = None) -> Any:
+        """NVML's answer to one call on this handle; None (with the reason noted under ``what``) when none."""
+        value, error = self._call(function, *args)
+        if value is None:
+            self.note(what or function, error)
         return value
 
-    def read(self, how: NvmlRead) -> Any:
+    def _call(self, function: str, *args: Any) -> tuple[Any, str | None]:
+        if self.lost:
+            return None, LOST
+        value, error = self.nvml.call(function, self.handle, *args)
+        self.lost = error == LOST
+        return value, error
+
+    def note(self, what: str, error: str | None) -> None:
+        """Remember why ``what`` reads None, unless the card just lacks it or the whole GPU is lost."""
+        if error is not None and error not in ROUTINE_ERRORS and error != LOST:
+            whats = self.failures.setdefault(error, [])
+            if what not in whats:
+                whats.append(what)
+
+    def read(self, name: str, how: NvmlRead) -> Any:
         """A field's value: the first of its functions that answers, converted; None when none does."""
-        value = None
+        value, error = None, None
         for function in how.functions:
-            value = self._answer(function, how.args)
+            value, error = self._answer(function, how.args)
             if value is not None or self.lost:
                 break
-        return None if value is None else how.convert(value)
+        if value is None:
+            self.note(name, error)
+            return None
+        try:
+            return how.convert(value)
+        except (TypeError, ValueError, AttributeError, IndexError) as exc:  # a binding answering nonsense
+            self.note(name, f"NVML answered what gpufly cannot read ({type(exc).__name__}: {exc})")
+            return None
 
-    def _answer(self, function: str, constants: tuple[str, ...]) -> Any:
+    def _answer(self, function: str, constants: tuple[str, ...]) -> tuple[Any, str | None]:
         """NVML's raw answer, asked once per sample: three fields share one ``nvmlDeviceGetMemoryInfo``."""
         key = (function, constants)
         if key not in self._answers:
-            self._answers[key] = self.ask(function, *(getattr(self.nvml.lib, name) for name in constants))
+            self._answers[key] = self._call(function, *(getattr(self.nvml.lib, name, None) for name in constants))
         return self._answers[key]
 
     def fill(self, target: Any) -> None:
         """Set every field of ``target`` declared with ``nvml(...)``."""
         for name, how in declared_reads(type(target)):
-            object.__setattr__(target, name, self.read(how))
+            object.__setattr__(target, name, self.read(name, how))
+
+    def describe(self) -> str | None:
+        """The failures in one line: ``field, field: reason; field: reason``; None when there were none."""
+        return "; ".join(f"{', '.join(whats)}: {reason}" for reason, whats in self.failures.items()) or None
 
 
 def _mig_profile(name: str | None) -> str | None:
@@ -318,46 +357,51 @@ class GpuReader:
         """Static facts of GPU ``index``, read once; a GPU lost or inaccessible comes back with lost=True."""
         if index in self._static:
             return self._static[index]
-        handle = self.nvml.query("nvmlDeviceGetHandleByIndex", index)
+        handle, _ = self.nvml.call("nvmlDeviceGetHandleByIndex", index)
         if handle is None:
             return GpuDevice(index, LOST_NAME, lost=True)
         reader = _Reader(self.nvml, handle)
         return self._read_device(index, reader) or GpuDevice(index, LOST_NAME, lost=True)
 
     def _read_device(self, index: int, reader: _Reader) -> GpuDevice | None:
-        device = GpuDevice(index, text(reader.ask("nvmlDeviceGetName")) or "unknown")
+        device = GpuDevice(index, text(reader.ask("nvmlDeviceGetName", what="name")) or "unknown")
         reader.fill(device)
         if reader.lost:
             return None
-        self._static[index] = device
+        if not reader.failures:  # a fact that failed to read (a driver being reloaded) is asked again next time
+            self._static[index] = device
         return device
 
     def sample(self, index: int) -> GpuSample:
-        """Static and moving state of GPU ``index`` now; lost=True when it fell off the bus."""
-        handle = self.nvml.query("nvmlDeviceGetHandleByIndex", index)
+        """Static and moving state of GPU ``index`` now; lost=True (and why) when it cannot be read at all."""
+        handle, error = self.nvml.call("nvmlDeviceGetHandleByIndex", index)
         if handle is None:
-            return self._lost(index)
+            return self._lost(index, FELL_OFF_THE_BUS if error in (None, LOST) else error)
         reader = _Reader(self.nvml, handle)
         device = self._static.get(index) or self._read_device(index, reader)
         if device is None:
-            return self._lost(index)
+            return self._lost(index, FELL_OFF_THE_BUS)
         gpu = GpuSample(index=index, **{name: getattr(device, name) for name in STATIC_IN_SAMPLE})
         reader.fill(gpu)
         if gpu.mig_enabled and not reader.lost:
             gpu.mig = self._read_mig(reader)
         if not reader.lost:
             gpu.processes = self._read_processes(reader, index)
-        return self._lost(index) if reader.lost else gpu
+        if reader.lost:
+            return self._lost(index, FELL_OFF_THE_BUS)
+        gpu.unavailable = reader.describe()
+        return gpu
 
-    def _lost(self, index: int) -> GpuSample:
+    def _lost(self, index: int, reason: str) -> GpuSample:
         known = self._static.get(index)
         if known is None:
-            return GpuSample(index=index, name="unknown GPU", lost=True)
-        return GpuSample(index=index, name=known.name, uuid=known.uuid, pci_bus_id=known.pci_bus_id, lost=True)
+            return GpuSample(index=index, name="unknown GPU", lost=True, unavailable=reason)
+        return GpuSample(index=index, name=known.name, uuid=known.uuid, pci_bus_id=known.pci_bus_id, lost=True,
+                         unavailable=reason)
 
     def _read_mig(self, reader: _Reader) -> list[MigSample]:
         instances = []
-        for slot in range(count(reader.ask("nvmlDeviceGetMaxMigDeviceCount")) or 0):
+        for slot in range(count(reader.ask("nvmlDeviceGetMaxMigDeviceCount", what="mig")) or 0):
             handle = self.nvml.query("nvmlDeviceGetMigDeviceHandleByIndex", reader.handle, slot)
             if handle is not None:
                 instances.append(self._mig_instance(_Reader(self.nvml, handle)))
@@ -380,12 +424,15 @@ class GpuReader:
         NVML keeps a short buffer of per-process samples; asking from the last timestamp seen gives the
         ones since the previous sample, and a pid's latest sample is its figure for this interval.
         """
-        samples = reader.ask("nvmlDeviceGetProcessUtilization", self._util_seen.get(index, 0)) or []
+        samples = reader.ask("nvmlDeviceGetProcessUtilization", self._util_seen.get(index, 0), what="processes")
         latest: dict[int, tuple[int, float]] = {}
-        for sample in samples:
-            stamp = int(getattr(sample, "timeStamp", 0))
-            if stamp >= latest.get(int(sample.pid), (-1, 0.0))[0]:
-                latest[int(sample.pid)] = (stamp, float(sample.smUtil))
+        for sample in _entries(samples):
+            pid, stamp = count(getattr(sample, "pid", None)), count(getattr(sample, "timeStamp", 0))
+            sm_percent = number(getattr(sample, "smUtil", None))
+            if pid is None or stamp is None or sm_percent is None:
+                continue
+            if stamp >= latest.get(pid, (-1, 0.0))[0]:
+                latest[pid] = (stamp, sm_percent)
         if latest:
             self._util_seen[index] = max(stamp for stamp, _ in latest.values())
         return {pid: value for pid, (_, value) in latest.items()}
@@ -395,15 +442,22 @@ class GpuReader:
         by_pid: dict[int, ProcessSample] = {}
         for kind, function in (("compute", "nvmlDeviceGetComputeRunningProcesses"),
                                ("graphics", "nvmlDeviceGetGraphicsRunningProcesses")):
-            for entry in reader.ask(function) or []:
-                known = by_pid.get(int(entry.pid))
+            for entry in _entries(reader.ask(function, what="processes")):
+                pid = count(getattr(entry, "pid", None))
+                if pid is None:
+                    continue
+                known = by_pid.get(pid)
                 if known is None:
                     memory = count(getattr(entry, "usedGpuMemory", None))
-                    by_pid[int(entry.pid)] = ProcessSample(pid=int(entry.pid), gpu_index=index, kind=kind,
-                                                           gpu_memory_bytes=memory)
+                    by_pid[pid] = ProcessSample(pid=pid, gpu_index=index, kind=kind, gpu_memory_bytes=memory)
                 else:
                     known.kind = "compute+graphics"
         for pid, sm_percent in self._process_utilization(reader, index).items():
             if pid in by_pid:
                 by_pid[pid].gpu_sm_percent = sm_percent
         return list(by_pid.values())
+
+
+def _entries(answer: Any) -> list[Any]:
+    """NVML's list of per-process structs; none when it answered nothing or something that is not a list."""
+    return list(answer) if isinstance(answer, list | tuple) else []

@@ -1,8 +1,11 @@
-"""NVML through nvidia-ml-py, behind one loader and one choke point that never lets an NVML exception out.
+"""NVML through nvidia-ml-py, behind one loader and one choke point that never lets an exception out.
 
 Every call goes through ``Nvml.query`` (or ``Nvml.call``, which also names the error): "not supported",
 "GPU is lost" and a function this binding lacks all become None, so callers render "N/A" instead of
-crashing. Opening NVML on a machine without the driver gives a fact (``NvmlStatus(available=False,
+crashing. So does any other exception the binding raises (a RuntimeError, OSError, TypeError or
+AttributeError from a broken pynvml or a driver being reloaded): ``call`` names it ("RuntimeError from the
+NVML binding: ...") so the monitor shows the field or GPU unavailable with the reason and keeps sampling.
+Opening NVML on a machine without the driver gives a fact (``NvmlStatus(available=False,
 reason="NVML library not found ...")``), not an exception.
 
 ``load_pynvml()`` is the one place the pynvml module is found. When the environment variable
@@ -23,6 +26,10 @@ FIXTURE_ENV = "GPUFLY_NVML_FIXTURE"
 """Names a recorded-NVML JSON file that every NVML reader in this process replays instead of the driver."""
 
 LOST = "NVML_ERROR_GPU_IS_LOST"
+
+ROUTINE_ERRORS = frozenset({"NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_NOT_FOUND"})
+"""Answers that mean "this card, driver or binding has no such figure" (or, for per-process samples, "none
+since last time"): shown as N/A with no reason, as nvidia-smi does. Every other error is a failure worth naming."""
 
 _UNAVAILABLE_REASONS = {
     "NVML_ERROR_LIBRARY_NOT_FOUND": "NVML library not found (no NVIDIA driver installed)",
@@ -64,13 +71,17 @@ def decode(value: Any) -> Any:
 
 
 def error_names(lib: Any) -> dict[Any, str]:
-    """NVML error code -> its ``NVML_ERROR_*`` name in this binding (the first name where two share a code)."""
+    """NVML error code -> its ``NVML_ERROR_*`` name in this binding (the first name where two share a code).
+
+    A scan of the whole module (about 2,500 names in nvidia-ml-py), so a session builds it once, on its first
+    error, never once per error: a GeForce card answers "not supported" for several fields on every sample."""
     return {getattr(lib, name): name for name in reversed(dir(lib)) if name.startswith("NVML_ERROR_")}
 
 
-def error_name(lib: Any, exc: Exception) -> str:
-    """``NVML_ERROR_GPU_IS_LOST`` and friends, from an NVMLError's code."""
-    return error_names(lib).get(getattr(exc, "value", None), "NVML_ERROR_UNKNOWN")
+def binding_failure(exc: Exception) -> str:
+    """An exception that is not an NVMLError, in one line: ``RuntimeError from the NVML binding: ...``."""
+    message = " ".join(str(exc).split())
+    return f"{type(exc).__name__} from the NVML binding" + (f": {message}" if message else "")
 
 
 class Nvml:
@@ -87,13 +98,28 @@ class Nvml:
             return NvmlStatus(False, "nvidia-ml-py is not installed (pip install nvidia-ml-py)")
         try:
             self._lib.nvmlInit()
-        except self._lib.NVMLError as exc:
-            name = error_name(self._lib, exc)
-            return NvmlStatus(False, _UNAVAILABLE_REASONS.get(name, f"NVML failed to start ({name})"))
-        except OSError as exc:
-            return NvmlStatus(False, f"NVML library could not be loaded ({exc})")
+        except Exception as exc:  # whatever a broken binding raises is a reason, not a crash
+            return NvmlStatus(False, self._start_failure(exc))
         self._open = True
         return NvmlStatus(True)
+
+    def _start_failure(self, exc: Exception) -> str:
+        if self._is_nvml_error(exc):
+            name = self.error_name(exc)
+            return _UNAVAILABLE_REASONS.get(name, f"NVML failed to start ({name})")
+        if isinstance(exc, OSError):
+            return f"NVML library could not be loaded ({exc})"
+        return f"NVML failed to start ({binding_failure(exc)})"
+
+    def _is_nvml_error(self, exc: Exception) -> bool:
+        nvml_error = getattr(self._lib, "NVMLError", None)
+        return isinstance(nvml_error, type) and isinstance(exc, nvml_error)
+
+    def error_name(self, exc: Exception) -> str:
+        """``NVML_ERROR_GPU_IS_LOST`` and friends, from an NVMLError's code (the names looked up once)."""
+        if self._error_names is None:
+            self._error_names = error_names(self._lib)
+        return self._error_names.get(getattr(exc, "value", None), "NVML_ERROR_UNKNOWN")
 
     def close(self) -> None:
         if self._open:
@@ -116,20 +142,22 @@ class Nvml:
         """The NVML function itself; None when this binding (an older nvidia-ml-py) has no such name."""
         if not isinstance(fn_or_name, str):
             return fn_or_name
-        return getattr(self._lib, fn_or_name, None) if self._lib is not None else None
+        try:
+            return getattr(self._lib, fn_or_name, None) if self._lib is not None else None
+        except Exception:  # a broken binding's lookup failing is a missing function
+            return None
 
     def call(self, fn_or_name: NvmlFunction, *args: Any) -> tuple[Any, str | None]:
         """Call one NVML function: (value, None), or (None, "NVML_ERROR_...") so callers can tell a field
-        the card lacks from a GPU that fell off the bus; ``NVML_ERROR_FUNCTION_NOT_FOUND`` for a missing name."""
+        the card lacks from a GPU that fell off the bus; ``NVML_ERROR_FUNCTION_NOT_FOUND`` for a missing name;
+        (None, "RuntimeError from the NVML binding: ...") for any other exception the binding raises."""
         fn = self.function(fn_or_name)
         if fn is None or self._lib is None:
             return None, "NVML_ERROR_FUNCTION_NOT_FOUND"
         try:
             return decode(fn(*args)), None
-        except self._lib.NVMLError as exc:
-            if self._error_names is None:  # built once: a card answers "not supported" on every sample
-                self._error_names = error_names(self._lib)
-            return None, self._error_names.get(getattr(exc, "value", None), "NVML_ERROR_UNKNOWN")
+        except Exception as exc:  # the choke point: nothing from the binding gets past it
+            return None, self.error_name(exc) if self._is_nvml_error(exc) else binding_failure(exc)
 
     def query(self, fn_or_name: NvmlFunction, *args: Any) -> Any:
         """Call one NVML function; None for a missing function or any NVML error (not supported, GPU lost...)."""
@@ -148,4 +176,15 @@ class Nvml:
         return f"{version // 1000}.{version % 1000 // 10}"
 
     def device_count(self) -> int:
-        return self.query("nvmlDeviceGetCount") or 0
+        """How many GPUs NVML lists; 0 when it cannot say (``count_devices`` also says why)."""
+        return self.count_devices()[0]
+
+    def count_devices(self) -> tuple[int, str | None]:
+        """How many GPUs NVML lists, and why not when it cannot list them (a broken binding, a driver being
+        reloaded): (0, "NVML could not list the GPUs (...)"). A driver that lists none is (0, None)."""
+        count, error = self.call("nvmlDeviceGetCount")
+        if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+            return count, None
+        if error is None or error in ROUTINE_ERRORS:
+            return 0, None
+        return 0, f"NVML could not list the GPUs ({error})"

@@ -101,7 +101,7 @@ def gpu_lines(gpu: GpuSample, width: int = 20, metrics: tuple[GpuMetric, ...] = 
     """The figure lines of one GPU panel (the sparklines are drawn by the screen), then a "more:" line with
     every metric-table row the fixed lines do not draw."""
     if gpu.lost:
-        return [f"GPU {gpu.index}  {gpu.name}  LOST: fallen off the bus; the others go on"]
+        return [f"GPU {gpu.index}  {gpu.name}  LOST: {gpu.unavailable or 'fallen off the bus'}; the others go on"]
     util = gpu.utilization_gpu_percent
     memory = ratio(gpu.memory_used_bytes, gpu.memory_total_bytes)
     power = ratio(gpu.power_w, gpu.power_limit_w)
@@ -120,6 +120,7 @@ def gpu_lines(gpu: GpuSample, width: int = 20, metrics: tuple[GpuMetric, ...] = 
         f"PCIe rx {fmt_bytes(gpu.pcie_rx_bytes_per_s)}/s tx {fmt_bytes(gpu.pcie_tx_bytes_per_s)}/s  "
         f"ECC {fmt_number(gpu.ecc_uncorrected_volatile)} uncorrected",
         *([f"more: {more}"] if more else []),
+        *([f"unavailable: {gpu.unavailable}"] if gpu.unavailable else []),
     ]
 
 
@@ -153,7 +154,7 @@ def once_lines(snapshot: Snapshot, metrics: tuple[GpuMetric, ...] = GPU_METRICS)
     lines = [head]
     for gpu in snapshot.gpus:
         if gpu.lost:
-            lines.append(f"[{gpu.index}] {gpu.name} | LOST (fallen off the bus)")
+            lines.append(f"[{gpu.index}] {gpu.name} | LOST ({gpu.unavailable or 'fallen off the bus'})")
             continue
         processes = " ".join(_process_brief(p) for p in sorted(gpu.processes, key=SORTS["memory"]))
         more = more_text(gpu, metrics)
@@ -164,6 +165,7 @@ def once_lines(snapshot: Snapshot, metrics: tuple[GpuMetric, ...] = GPU_METRICS)
             f" | {fmt_number(gpu.power_w, ' W')} / {fmt_number(gpu.power_limit_w, ' W')}"
             f" | slowdown: {slowdown_text(gpu)} | {processes or 'no processes'}"
             + (f" | more: {more}" if more else "")
+            + (f" | unavailable: {gpu.unavailable}" if gpu.unavailable else "")
         )
     host = snapshot.host
     load = " ".join(f"{v:.2f}" for v in host.load_average) if host.load_average else NA
