@@ -10,7 +10,17 @@ import pytest
 
 from gpufly.catalog import Catalog, GpuSpec
 from gpufly.doctor.checks import diagnose, slow_half_precision, smoke_findings
-from gpufly.doctor.facts import DriverFact, Facts, GpuFact, facts_from_dict, load_facts
+from gpufly.doctor.facts import (
+    CpuFact,
+    DriverFact,
+    Facts,
+    FrameworkFact,
+    GpuFact,
+    SystemFact,
+    facts_from_dict,
+    load_facts,
+    summary_lines,
+)
 from gpufly.doctor.smoke import SmokeResult
 from gpufly.errors import GpuflyError
 
@@ -249,3 +259,109 @@ def test_a_fix_with_a_command_and_a_driver_update_keeps_them_apart() -> None:
     fix = next(f.fix for f in diagnose(old) if f.check == "torch_cpu_wheel")
     assert fix.startswith("pip install torch==2.7.* --index-url https://download.pytorch.org/whl/cu118; or update "
                           "the NVIDIA driver to at least 525.60.13, then run: pip install torch==2.14.*")
+
+
+# --- slow is not hung -----------------------------------------------------------------------------
+
+def _timed_out(name: str, stalled: bool, error: str | None = None) -> Facts:
+    facts, _ = _scenario(SCENARIOS[0].parent / "slow_import.json")
+    fact = FrameworkFact(name, installed=True, timed_out=True, stalled=stalled, last_stage=f"import {name}.core",
+                         import_error=error)
+    return dataclasses.replace(facts, frameworks=(fact,))
+
+
+@pytest.mark.parametrize("name", ["torch", "tensorflow", "jax"])
+@pytest.mark.parametrize(("stalled", "status"), [(False, "warn"), (True, "fail")])
+def test_a_timed_out_import_is_never_advised_a_reinstall(name: str, stalled: bool, status: str) -> None:
+    (finding,) = [f for f in diagnose(_timed_out(name, stalled)) if f.check == f"{name}_import_timeout"]
+    assert finding.status == status
+    assert f"(last stage: import {name}.core)" in finding.what
+    assert "gpufly doctor --import-timeout 300" in finding.fix
+    assert f"`python -X importtime -c 'import {name}' 2>&1 | sort -t'|' -k2 -n | tail`" in finding.fix
+    assert "reinstall" not in finding.fix and "pip install" not in finding.fix
+
+
+def test_a_slow_import_says_slow_is_not_broken() -> None:
+    error = "importing torch was still making progress at import torch.core when stopped at the 180 s limit (2 tries)"
+    (finding,) = [f for f in diagnose(_timed_out("torch", False, error)) if f.check == "torch_import_timeout"]
+    assert finding.what == error and "slow is not broken" in finding.why
+
+
+# --- minor-version compatibility, mixed GPUs, an old driver -------------------------------------------
+
+def test_a_build_that_runs_by_minor_compat_is_ok_with_its_caveat() -> None:
+    facts, _ = _scenario(SCENARIOS[0].parent / "minor_compat_sass.json")
+    (finding,) = [f for f in diagnose(facts) if f.check == "minor_compat"]
+    assert finding.status == "ok"
+    assert finding.what == ("driver 580.82.07 (it reports CUDA 13.0) runs PyTorch's CUDA 13.2 through minor-version "
+                            "compatibility: the build has native code for NVIDIA GeForce RTX 4090 (sm_86)")
+    assert "no PTX JIT is needed; features of the newer CUDA minor that need the newer driver are unavailable" \
+        in finding.why
+
+
+def test_a_build_the_gpu_runs_only_from_ptx_fails_under_minor_compat() -> None:
+    facts, _ = _scenario(SCENARIOS[0].parent / "minor_compat_ptx.json")
+    (finding,) = [f for f in diagnose(facts) if f.status == "fail"]
+    assert finding.check == "minor_compat_ptx" and "only PTX (compute_75)" in finding.what
+    assert "CUDA_ERROR_UNSUPPORTED_PTX_VERSION" in finding.why
+    assert finding.fix == ("install a build with native code for it: pip install torch==2.14.* --index-url "
+                           "https://download.pytorch.org/whl/cu132; or update the NVIDIA driver to one that reports "
+                           "CUDA 13.2 or newer, which can JIT-compile that PTX")
+
+
+def test_mixed_gpus_say_so_with_a_build_and_a_cuda_visible_devices_per_gpu() -> None:
+    facts, _ = _scenario(SCENARIOS[0].parent / "mixed_gpus.json")
+    (finding,) = [f for f in diagnose(facts) if f.check == "mixed_gpus"]
+    assert finding.what == ("no torch build has native code for every GPU here: NVIDIA GeForce RTX 5090 (GPU 0, "
+                            "12.0), NVIDIA GeForce GTX 1080 Ti (GPU 1, 6.1)")
+    index = "https://download.pytorch.org/whl/"
+    assert finding.fix == (f"for the NVIDIA GeForce RTX 5090 (GPU 0, 12.0), run with CUDA_DEVICE_ORDER=PCI_BUS_ID "
+                           f"CUDA_VISIBLE_DEVICES=0: pip install torch==2.14.* --index-url {index}cu132; for the "
+                           f"NVIDIA GeForce GTX 1080 Ti (GPU 1, 6.1), run with CUDA_DEVICE_ORDER=PCI_BUS_ID "
+                           f"CUDA_VISIBLE_DEVICES=1: pip install torch==2.14.* --index-url {index}cu126")
+
+
+def test_an_old_driver_is_a_finding_with_nothing_installed() -> None:
+    facts, _ = _scenario(SCENARIOS[0].parent / "old_driver_nothing_installed.json")
+    assert facts.frameworks == ()
+    (finding,) = [f for f in diagnose(facts) if f.check == "driver_old"]
+    assert finding.status == "warn"
+    assert finding.what == ("NVIDIA driver 535.54.03 is too old for the newest torch builds with code for these GPUs "
+                            "(they need 580 or newer)")
+    assert finding.fix.startswith("update the NVIDIA driver to at least 580, then run: ")
+
+
+def test_a_driver_that_runs_only_a_legacy_build_is_noted() -> None:
+    facts, _ = _scenario(SCENARIOS[0].parent / "healthy_gpu.json")
+    (finding,) = [f for f in diagnose(facts) if f.check == "driver_old"]
+    assert finding.status == "ok"
+    assert finding.what.startswith("NVIDIA driver 570.133.07 runs only the legacy cu126 build of torch 2.14")
+    assert finding.fix == "update the NVIDIA driver to 580 or newer before the next torch release"
+
+
+def test_a_gpu_no_current_build_has_is_not_blamed_on_the_driver() -> None:
+    """A GTX 1080 Ti gets torch 2.14's legacy CUDA 12.6 build on any driver: its card, not its driver, ages out."""
+    facts, _ = _scenario(SCENARIOS[0].parent / "old_gpu_dropped.json")
+    assert not [f for f in diagnose(facts) if f.check == "driver_old"]
+
+
+# --- the facts a bug report needs ----------------------------------------------------------------
+
+def test_summary_names_a_cuda_library_loaded_from_outside_the_wheel() -> None:
+    facts, _ = _scenario(SCENARIOS[0].parent / "minor_compat_sass.json")
+    torch = dataclasses.replace(facts.frameworks[0], libraries=(
+        "/venv/lib/python3.12/site-packages/nvidia/cudnn/lib/libcudnn.so.9",
+        "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+        "/usr/local/cuda-12.4/lib64/libcudnn_graph.so.9"))
+    lines = dict(summary_lines(dataclasses.replace(facts, frameworks=(torch,))))
+    assert lines["torch"] == ("2.14.0+cu132: CUDA runtime 13.2 (in the wheel), cuDNN 9.13.0 and NCCL 2.28.3 loaded; "
+                              "loaded from outside the Python packages: /usr/local/cuda-12.4/lib64/libcudnn_graph.so.9")
+
+
+def test_summary_says_only_what_was_found() -> None:
+    facts = Facts(driver=DriverFact(found=False))
+    assert summary_lines(facts) == []
+    arm = dataclasses.replace(facts, system=SystemFact(cpu=CpuFact(model="Neoverse-V2", flags=("asimd", "sve"))))
+    assert summary_lines(arm) == [("CPU", "Neoverse-V2; SVE yes")]
+    unread = dataclasses.replace(facts, system=SystemFact(cpu=CpuFact(model="Apple M3 Max")))
+    assert summary_lines(unread) == [("CPU", "Apple M3 Max")], "flags not read are not said to be absent"

@@ -15,8 +15,10 @@ from gpufly.doctor.compat import (
     driver_supports,
     jax_extras,
     min_driver_for,
+    minor_compat,
     parse_arch,
     python_key,
+    runs_by_minor_compat,
     tensorflow_facts,
     tensorflow_releases,
     toolkit_driver,
@@ -178,3 +180,23 @@ def test_tensorflow_and_jax_tables() -> None:
     assert facts["gpu_check"]["use"] == "tf.config.list_physical_devices('GPU')"
     assert [e.extra for e in jax_extras()] == ["cuda13", "cuda12"]
     assert jax_extras()[0].min_driver_linux == "580"
+
+
+# --- minor-version compatibility ----------------------------------------------------------------
+
+@pytest.mark.parametrize(("driver", "cuda", "driver_cuda", "expected"), [
+    ("580.82.07", "13.2", "13.0", True),    # same major, newer minor: only by compatibility
+    ("580.82.07", "13.0", "13.0", False),   # its own CUDA: natively
+    ("580.82.07", "12.8", "13.0", False),   # an older CUDA: natively (backward compatibility)
+    ("570.133.07", "13.0", "12.8", False),  # another major: not at all
+    ("560.35.03", "12.8", None, True),      # the toolkit table: 12.8 shipped with 570.26
+    ("580.82.07", "13.2", None, True),      # neither tells: the side that asks for native code
+])
+def test_runs_by_minor_compat(driver: str, cuda: str, driver_cuda: str | None, expected: bool) -> None:
+    assert runs_by_minor_compat(driver, cuda, driver_cuda=driver_cuda) is expected
+
+
+def test_the_minor_compat_rule_cites_nvidia() -> None:
+    rule = minor_compat()
+    assert rule.source == "https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html"
+    assert "CUDA_ERROR_UNSUPPORTED_PTX_VERSION" in rule.ptx_error and "newer driver" in rule.caveat

@@ -27,8 +27,10 @@ def _crashing_torch(root: Path) -> Path:
 
 
 def test_doctor_imports_torch_even_without_a_gpu_and_reports_the_crash(cli, tmp_path) -> None:
+    """This machine, probed for real (a torch that aborts keeps it quick); --save carries the bug-report facts."""
     fake = _crashing_torch(tmp_path / "fake")
-    result = cli("doctor", "--json", env={"PYTHONPATH": str(fake)})
+    saved = tmp_path / "facts.json"
+    result = cli("doctor", "--json", "--save", str(saved), env={"PYTHONPATH": str(fake)})
     assert result.code == 1, result.stderr
     data = json.loads(result.stdout)
     torch = next(f for f in data["facts"]["frameworks"] if f["name"] == "torch")
@@ -36,6 +38,8 @@ def test_doctor_imports_torch_even_without_a_gpu_and_reports_the_crash(cli, tmp_
     failed = [f for f in data["findings"] if f["status"] == "fail"]
     assert [f["check"] for f in failed] == ["torch_import"]
     assert data["facts"]["gpus"] == []
+    system = json.loads(saved.read_text())["system"]
+    assert system == data["facts"]["system"] and system["os"] and system["cpu"]["model"]
 
 
 def test_report_stays_fast_and_says_it_did_not_import(cli, tmp_path) -> None:
@@ -139,14 +143,51 @@ def test_install_run_without_a_command_runs_nothing(cli, tmp_path) -> None:
 
 
 def test_save_writes_the_facts_it_diagnosed(cli, tmp_path) -> None:
-    source = _facts_file(tmp_path, "healthy_gpu")
+    source = _facts_file(tmp_path, "minor_compat_sass")
     saved = tmp_path / "saved.json"
     result = cli("doctor", "--facts", str(source), "--save", str(saved))
     assert result.code == 0, result.stderr
     assert f"facts written to {saved}" in result.stdout
     written = json.loads(saved.read_text())
-    assert written == {"schema_version": 1, **json.loads(source.read_text())}
+    assert written == {"schema_version": 2, "extensions": [], **json.loads(source.read_text())}
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [], "no temporary file left behind"
+
+
+def test_a_version_1_facts_file_is_read_and_saved_as_version_2(cli, tmp_path) -> None:
+    source = _facts_file(tmp_path, "healthy_gpu")
+    saved = tmp_path / "saved.json"
+    assert cli("doctor", "--facts", str(source), "--save", str(saved)).code == 0
+    written = json.loads(saved.read_text())
+    assert written["schema_version"] == 2 and written["system"]["cpu"] == {"model": None, "logical_cores": None,
+                                                                             "flags": []}
+
+
+def test_doctor_shows_the_facts_a_bug_report_needs(cli, tmp_path) -> None:
+    path = str(_facts_file(tmp_path, "minor_compat_sass"))
+    text = cli("doctor", "--facts", path, env={"COLUMNS": "100"}).stdout
+    machine = text[text.index("machine:"):].splitlines()
+    assert machine == [
+        "machine:",
+        "  OS        Ubuntu 24.04.3 LTS, kernel 6.8.0-85-generic, glibc 2.39",
+        "  compiler  GCC 13.3.0",
+        "  CPU       AMD Ryzen 9 7950X 16-Core Processor, 32 logical cores; AVX2 yes, AVX-512 yes (avx512f "
+        "avx512bw avx512_vnni avx512_bf16), AMX no",
+        "  Python    3.11.7 linux x86_64",
+        "  driver    580.82.07 (CUDA 13.0)",
+        "  torch     2.14.0+cu132: CUDA runtime 13.2 (in the wheel), cuDNN 9.13.0 and NCCL 2.28.3 loaded",
+        "  toolkit   nvcc 12.4 on the system (used to build extensions, not by the wheels)",
+    ]
+    facts = json.loads(cli("doctor", "--facts", path, "--json").stdout)["facts"]
+    assert facts["system"]["cpu"]["flags"][:2] == ["avx", "avx2"] and facts["system"]["libc"] == "glibc 2.39"
+    torch = facts["frameworks"][0]
+    assert (torch["cuda_version"], torch["cudnn_version"], torch["nccl_version"]) == ("13.2", "9.13.0", "2.28.3")
+    assert facts["toolkit"]["nvcc_version"] == "12.4"
+
+
+def test_import_timeout_must_be_positive(cli) -> None:
+    result = cli("doctor", "--import-timeout", "0")
+    assert result.code == 2
+    assert result.stderr.splitlines()[0] == "error: --import-timeout must be a positive number of seconds, got 0"
 
 
 @pytest.mark.parametrize("target, message", [

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +19,15 @@ import pytest
 from gpufly.doctor import framework_probe
 from gpufly.doctor.facts import DriverFact, Facts, FrameworkFact
 from gpufly.doctor.probes import (
+    ImportLimits,
     probe_all,
     probe_driver_and_gpus,
     probe_env,
     probe_frameworks,
+    probe_system,
     probe_toolkit,
 )
+from gpufly.errors import GpuflyError
 from gpufly.hw.fake_nvml import FakePynvml
 from tests.fakes.nvml import fake_nvml
 
@@ -301,42 +308,199 @@ def test_platform_names(tmp_path: Path, name: str, expected: str) -> None:
     assert probe_env(environ={}, proc_root=tmp_path, platform_name=name, root=tmp_path).platform == expected
 
 
+# The system, for bug reports ---------------------------------------------------------------------
+
+CPUINFO_SAPPHIRE_RAPIDS = """processor\t: 0
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+flags\t\t: fpu sse2 avx avx2 fma f16c avx512f avx512bw avx512_vnni avx512_bf16 avx512_fp16 amx_bf16 amx_tile amx_int8
+processor\t: 1
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+"""
+CPUINFO_GRACE = """processor\t: 0
+Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics sve sve2 bf16 i8mm
+CPU implementer\t: 0x41
+"""
+OS_RELEASE = 'NAME="Ubuntu"\nPRETTY_NAME="Ubuntu 22.04.4 LTS"\nVERSION_ID="22.04"\n'
+GCC = "gcc (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0\nCopyright (C) 2021 Free Software Foundation, Inc.\n"
+
+
+def files(answers: dict[str, str]) -> Callable[[Path], str]:
+    return lambda path: answers.get(str(path), "")
+
+
+def test_system_facts_for_a_bug_report() -> None:
+    system = probe_system(run=Replay({"gcc --version": (0, GCC)}),
+                          read=files({"/etc/os-release": OS_RELEASE, "/proc/cpuinfo": CPUINFO_SAPPHIRE_RAPIDS}),
+                          system="Linux", release="5.15.0-105-generic", libc=("glibc", "2.35"), processor="x86_64")
+    assert (system.os, system.kernel, system.libc, system.gcc_version) == (
+        "Ubuntu 22.04.4 LTS", "5.15.0-105-generic", "glibc 2.35", "11.4.0")
+    assert (system.cpu.model, system.cpu.logical_cores) == ("Intel(R) Xeon(R) Platinum 8480+", 2)
+    assert system.cpu.flags == ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
+                                "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+
+
+def test_arm_cpu_flags_and_a_machine_without_gcc_or_os_release() -> None:
+    system = probe_system(run=Replay({}), read=files({"/proc/cpuinfo": CPUINFO_GRACE}), system="Linux",
+                          release="6.8.0-1013-nvidia-64k", libc=("", ""), processor="aarch64")
+    assert (system.os, system.libc, system.gcc_version) == ("Linux 6.8.0-1013-nvidia-64k", None, None)
+    assert system.cpu.model == "aarch64" and system.cpu.flags == ("asimd", "sve", "sve2", "bf16", "i8mm")
+
+
+def test_a_gcc_that_fails_or_hangs_is_no_version() -> None:
+    for answer in [(1, "gcc: fatal error\n"), subprocess.TimeoutExpired("gcc", 5)]:
+        system = probe_system(run=Replay({"gcc --version": answer}), read=files({}), system="Linux", release="",
+                              libc=("glibc", "2.39"), processor="")
+        assert system.gcc_version is None and system.kernel is None and system.os == "Linux"
+
+
 # Frameworks -----------------------------------------------------------------------------------
 
 
-def child(stdout: str = "", code: int = 0, stderr: str = "") -> Any:
-    """A fake run answering every framework probe the same way."""
-    def run(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-        assert args[1] == "-c" and args[3] in ("torch", "tensorflow", "jax") and kwargs["timeout"] == 20.0
-        return subprocess.CompletedProcess(args, code, stdout, stderr)
-    return run
+class FinishedChild:
+    """A child that has already finished: what ``spawn_child`` returns, replayed from recorded output."""
+
+    def __init__(self, stdout: str = "", code: int = 0, stderr: str = "") -> None:
+        self.stdout, self.stderr, self.returncode = io.StringIO(stdout), io.StringIO(stderr), code
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.returncode
+
+    def kill(self) -> None:
+        raise AssertionError("a finished child is never stopped")
+
+
+class Spawner:
+    """A fake ``spawn``: answers each framework probe with the next child in turn, and counts the starts."""
+
+    def __init__(self, *children: Callable[[], Any]) -> None:
+        self.children = list(children)
+        self.started: list[list[str]] = []
+
+    def __call__(self, argv: list[str]) -> Any:
+        assert argv[1] == "-c" and argv[3] in ("torch", "tensorflow", "jax")
+        self.started.append(argv)
+        return self.children.pop(0)() if len(self.children) > 1 else self.children[0]()
+
+
+def child(stdout: str = "", code: int = 0, stderr: str = "") -> Spawner:
+    return Spawner(lambda: FinishedChild(stdout, code, stderr))
+
+
+class ScriptedChild:
+    """A child still running: it writes each line after its pause, then exits, or waits until it is stopped
+    (``then_hang``). Its pauses are real time, since the watcher waits on real pipes; tests use short ones and
+    generous limits, and assert on what was reported, never on how long it took."""
+
+    def __init__(self, lines: list[tuple[float, str]], then_hang: bool = False) -> None:
+        self.killed = threading.Event()
+        self.returncode: int | None = None
+        self.stdout, self.stderr = self._lines(lines, then_hang), io.StringIO("")
+
+    def _lines(self, lines: list[tuple[float, str]], then_hang: bool) -> Iterator[str]:
+        for pause, line in lines:
+            if self.killed.wait(pause):
+                return
+            yield line + "\n"
+        if then_hang:
+            self.killed.wait()
+        else:
+            self.returncode = 0
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        return self.returncode
+
+    def kill(self) -> None:
+        self.returncode = -9
+        self.killed.set()
+
+
+PROGRESS = framework_probe.PROGRESS
+RESULT = framework_probe.MARKER + json.dumps({"name": "torch", "installed": True, "version": "2.5.1"})
+
+
+def slow_import() -> ScriptedChild:
+    """Makes progress every 0.05 s for half a second, then answers."""
+    return ScriptedChild([*((0.05, f"{PROGRESS}import torch.m{i}") for i in range(10)), (0.0, RESULT)])
+
+
+def hung_import() -> ScriptedChild:
+    """Reports one stage, then waits for ever."""
+    return ScriptedChild([(0.0, f"{PROGRESS}import torch._C")], then_hang=True)
+
+
+def endless_import() -> ScriptedChild:
+    """Makes progress for ever."""
+    return ScriptedChild([(0.02, f"{PROGRESS}import torch.x")] * 100_000)
+GENEROUS = ImportLimits(patience_s=0.1, stall_s=30.0, cap_s=120.0)
+"""A busy machine's limits, scaled: past the patience, only progress keeps a child going."""
 
 
 def everything_found(name: str) -> object:
     return object()
 
 
-def one(run: Any, name: str = "torch") -> FrameworkFact:
-    (fact,) = probe_frameworks(run=run, names=(name,), find_spec=everything_found)
+DEFAULT_LIMITS = ImportLimits()
+
+
+def one(spawn: Any, name: str = "torch", limits: ImportLimits = DEFAULT_LIMITS) -> FrameworkFact:
+    (fact,) = probe_frameworks(spawn=spawn, names=(name,), find_spec=everything_found, limits=limits)
     return fact
 
 
 def test_result_line_after_noise_is_read() -> None:
     result = {"name": "torch", "installed": True, "version": "2.5.1+cu124", "cuda_version": "12.4",
-              "cudnn_version": "9.1.0", "gpu_available": True, "device_count": 2, "arch_list": ["sm_80", "sm_90"],
-              "distribution": "torch", "something_new": 1}
-    fact = one(child("warming up\n" + framework_probe.MARKER + json.dumps(result) + "\n"))
+              "cudnn_version": "9.1.0", "nccl_version": "2.21.5", "gpu_available": True, "device_count": 2,
+              "arch_list": ["sm_80", "sm_90"], "distribution": "torch", "something_new": 1,
+              "libraries": ["/venv/lib/python3.12/site-packages/nvidia/cudnn/lib/libcudnn.so.9"]}
+    fact = one(child(f"warming up\n{PROGRESS}import torch\n" + framework_probe.MARKER + json.dumps(result) + "\n"))
     assert fact == FrameworkFact("torch", installed=True, version="2.5.1+cu124", distribution="torch",
-                                 cuda_version="12.4", cudnn_version="9.1.0", gpu_available=True, device_count=2,
-                                 arch_list=("sm_80", "sm_90"))
+                                 cuda_version="12.4", cudnn_version="9.1.0", nccl_version="2.21.5",
+                                 gpu_available=True, device_count=2, arch_list=("sm_80", "sm_90"),
+                                 libraries=("/venv/lib/python3.12/site-packages/nvidia/cudnn/lib/libcudnn.so.9",))
 
 
-def test_hang_is_a_timeout_fact() -> None:
-    def hang(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-        raise subprocess.TimeoutExpired(args, kwargs["timeout"])
-    fact = one(hang, "tensorflow")
-    assert (fact.installed, fact.timed_out) == (True, True)
-    assert fact.import_error == "importing tensorflow did not finish within 20 s (hung)"
+def test_a_slow_import_that_keeps_making_progress_gets_more_time() -> None:
+    spawn = Spawner(slow_import)
+    fact = one(spawn, limits=GENEROUS)
+    assert (fact.version, fact.timed_out, fact.import_error) == ("2.5.1", False, None)
+    assert len(spawn.started) == 1
+
+
+def test_a_hung_import_is_stalled_after_one_retry_with_the_stage_it_stopped_at() -> None:
+    spawn = Spawner(hung_import)
+    fact = one(spawn, "tensorflow", ImportLimits(patience_s=0.1, stall_s=0.2, cap_s=120.0, retries=1))
+    assert len(spawn.started) == 2
+    assert (fact.installed, fact.timed_out, fact.stalled, fact.last_stage) == (True, True, True, "import torch._C")
+    assert fact.import_error.startswith("importing tensorflow made no progress for 0.2 s at import torch._C and "
+                                        "was stopped after ")
+    assert fact.import_error.endswith(" s (2 tries)")
+
+
+def test_an_import_still_moving_at_the_cap_is_slow_not_stalled() -> None:
+    fact = one(Spawner(endless_import), limits=ImportLimits(patience_s=0.1, stall_s=30.0, cap_s=0.3, retries=0))
+    assert (fact.timed_out, fact.stalled, fact.last_stage) == (True, False, "import torch.x")
+    assert fact.import_error == "importing torch was still making progress at import torch.x when stopped at the " \
+                                "0.3 s limit"
+
+
+def test_the_retry_after_a_stall_can_succeed() -> None:
+    spawn = Spawner(hung_import, lambda: FinishedChild(RESULT + "\n"))
+    fact = one(spawn, limits=ImportLimits(patience_s=0.1, stall_s=0.2, cap_s=120.0))
+    assert (fact.version, fact.timed_out) == ("2.5.1", False)
+    assert len(spawn.started) == 2
+
+
+def test_an_answer_counts_even_when_the_child_then_hangs_on_exit() -> None:
+    spawn = Spawner(lambda: ScriptedChild([(0.0, RESULT)], then_hang=True))
+    fact = one(spawn, limits=ImportLimits(patience_s=0.1, stall_s=0.2, cap_s=120.0))
+    assert (fact.version, fact.timed_out, len(spawn.started)) == ("2.5.1", False, 1)
+
+
+def test_import_timeout_must_be_positive() -> None:
+    assert ImportLimits().with_cap(300) == ImportLimits(patience_s=20.0, stall_s=30.0, cap_s=300, retries=1)
+    assert ImportLimits().with_cap(5).patience_s == 5
+    with pytest.raises(GpuflyError, match="--import-timeout must be a positive number of seconds, got 0"):
+        ImportLimits().with_cap(0)
 
 
 def test_segfault_is_a_crash_fact() -> None:
@@ -365,9 +529,9 @@ def test_garbage_stdout_is_an_error_fact(stdout: str) -> None:
 
 
 def test_unfindable_framework_starts_no_child() -> None:
-    def never(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    def never(argv: list[str]) -> Any:
         raise AssertionError("no child should start")
-    facts = probe_frameworks(run=never, find_spec=lambda name: None)
+    facts = probe_frameworks(spawn=never, find_spec=lambda name: None)
     assert facts == [FrameworkFact(name, installed=False) for name in ("torch", "tensorflow", "jax")]
 
 
@@ -381,10 +545,38 @@ def test_child_reports_a_missing_framework_as_not_installed() -> None:
     assert fact == FrameworkFact("tensorflow", installed=False)
 
 
-def test_framework_probe_usage_and_cudnn_numbers(capsys: pytest.CaptureFixture[str]) -> None:
+def test_framework_probe_usage_and_library_numbers(capsys: pytest.CaptureFixture[str]) -> None:
     assert framework_probe.main(["numpy"]) == 2
     assert "usage: framework_probe {torch,tensorflow,jax}" in capsys.readouterr().err
     assert [framework_probe._cudnn_text(v) for v in (90100, 8902, 7605, None)] == ["9.1.0", "8.9.2", "7.6.5", None]
+    assert [framework_probe._nccl_text(v) for v in ((2, 21, 5), 2708, 22105, None)] == \
+        ["2.21.5", "2.7.8", "2.21.5", None]
+
+
+FAKE_TORCH = """
+import time, types
+time.sleep(0.6)
+import email.mime.text
+__version__ = "2.13.0+cpu"
+version = types.SimpleNamespace(cuda=None)
+backends = types.SimpleNamespace(cudnn=types.SimpleNamespace(version=lambda: None))
+cuda = types.SimpleNamespace(is_available=lambda: False, device_count=lambda: 0, get_arch_list=lambda: [])
+"""
+
+
+def test_the_child_reports_its_stages_before_its_answer(tmp_path: Path) -> None:
+    """The modules it imports (at most one line per half second) and each CUDA call, then the answer."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    done = subprocess.run([sys.executable, "-c", Path(framework_probe.__file__).read_text(), "torch"],
+                          capture_output=True, text=True, timeout=120, check=True,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    lines = done.stdout.splitlines()
+    stages = [line[len(PROGRESS):] for line in lines if line.startswith(PROGRESS)]
+    assert stages[0] == "import torch"
+    assert any(stage.startswith("import email") for stage in stages), stages
+    assert stages[-3:] == ["torch.cuda.is_available()", "torch.cuda.device_count()", "torch.cuda.get_arch_list()"]
+    assert json.loads(lines[-1][len(framework_probe.MARKER):])["version"] == "2.13.0+cpu"
 
 
 def test_an_answer_with_a_wrong_value_is_an_error_fact() -> None:
@@ -401,22 +593,14 @@ def test_windows_tensorflow_versions_are_dotted() -> None:
 
 
 def test_without_a_gpu_each_framework_is_still_imported_in_a_child() -> None:
-    started: list[str] = []
-
-    def run(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-        if args[:2] != [sys.executable, "-c"]:
-            raise FileNotFoundError(args[0])
-        started.append(args[3])
-        assert kwargs["timeout"] == 20.0
-        return subprocess.CompletedProcess(args, -6, "", "")
-
-    facts = probe_all(nvml=no_nvml(), run=run)
-    assert facts.gpus == () and "torch" in started
+    spawn = child(code=-6)
+    facts = probe_all(nvml=no_nvml(), run=Replay({}), spawn=spawn)
+    assert facts.gpus == () and "torch" in [argv[3] for argv in spawn.started]
     torch = facts.framework("torch")
     assert torch is not None and torch.import_error == "crashed with SIGABRT while importing torch"
-    started.clear()
-    fast = probe_all(nvml=no_nvml(), run=run, import_frameworks=False)
-    assert started == [] and fast.framework("torch").import_error is None
+    spawn.started.clear()
+    fast = probe_all(nvml=no_nvml(), run=Replay({}), spawn=spawn, import_frameworks=False)
+    assert spawn.started == [] and fast.framework("torch").import_error is None
 
 
 # This machine ---------------------------------------------------------------------------------
@@ -449,4 +633,5 @@ def test_real_probe_all_on_this_machine() -> None:
     assert facts.framework("torch") is not None
     assert facts.collected_at and facts.collected_at.endswith("+00:00")
     assert facts.env.platform == "linux"
-    assert json.loads(json.dumps(facts.to_dict()))["schema_version"] == 1
+    assert json.loads(json.dumps(facts.to_dict()))["schema_version"] == 2
+    assert facts.system.os and facts.system.cpu.model

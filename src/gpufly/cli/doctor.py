@@ -1,10 +1,7 @@
-"""`gpufly doctor` and `gpufly install`: diagnose the GPU software stack and print the right install."""
+"""`gpufly doctor`: diagnose the GPU software stack (the install command is `gpufly install`, cli/install.py)."""
 
 from __future__ import annotations
 
-import shlex
-import subprocess
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -15,25 +12,37 @@ from rich.table import Table
 from rich.text import Text
 
 from gpufly.cli.render import console, print_json, print_note
-from gpufly.errors import GpuflyError, unknown_choice
 
 if TYPE_CHECKING:
     from gpufly.doctor.checks import Finding
     from gpufly.doctor.facts import Facts
-    from gpufly.doctor.install import InstallPlan
 
 SCHEMA_VERSION = 1
 _STYLE = {"fail": "bold red", "warn": "yellow", "ok": "green"}
 
 
-def _facts(saved: Path | None, import_frameworks: bool = True) -> Facts:
+def _facts(saved: Path | None, import_frameworks: bool = True, import_timeout: float | None = None) -> Facts:
     from gpufly.doctor.facts import load_facts
 
     if saved is not None:
         return load_facts(saved)
-    from gpufly.doctor.probes import probe_all
+    from gpufly.doctor.probes import ImportLimits, probe_all
 
-    return probe_all(import_frameworks=import_frameworks)
+    limits = ImportLimits() if import_timeout is None else ImportLimits().with_cap(import_timeout)
+    return probe_all(import_frameworks=import_frameworks, import_limits=limits)
+
+
+def render_facts(facts: Facts, out: Console) -> None:
+    """The facts a bug report needs, one labelled line each (the whole set is in --json and --save)."""
+    from gpufly.doctor.facts import summary_lines
+
+    lines = summary_lines(facts)
+    if not lines:
+        return
+    width = max(len(label) for label, _ in lines)
+    out.print("machine:")
+    for label, text in lines:
+        out.print(f"  {label.ljust(width)}  {text}", soft_wrap=True, highlight=False)
 
 
 def render_findings(findings: list[Finding], out: Console) -> None:
@@ -69,11 +78,15 @@ def doctor(
     save: Annotated[Path | None, typer.Option("--save", metavar="FILE", help="Write the facts to FILE.")] = None,
     facts_file: Annotated[Path | None, typer.Option("--facts", metavar="FILE",
                                                     help="Diagnose saved facts instead of this machine.")] = None,
+    import_timeout: Annotated[float | None, typer.Option(
+        "--import-timeout", metavar="SECONDS",
+        help="Most seconds each framework import may take (default 180: 20, then more while it makes progress)."),
+    ] = None,
 ) -> None:
     """Find what does not fit together in the driver, CUDA and framework stack, and how to fix it."""
     from gpufly.doctor.checks import diagnose, smoke_findings
 
-    facts = _facts(facts_file)
+    facts = _facts(facts_file, import_timeout=import_timeout)
     if save is not None:
         facts.save(save)
     findings = diagnose(facts)
@@ -92,71 +105,8 @@ def doctor(
     else:
         out = console()
         render_findings(findings, out)
+        render_facts(facts, out)
         if save is not None:
             out.print(f"facts written to {save}: send them with a bug report, or replay with --facts")
     if failed:
         raise typer.Exit(1)
-
-
-FRAMEWORKS = ("torch", "tensorflow", "jax")
-
-
-def _plan(name: str, facts: Facts, cuda: str | None) -> InstallPlan:
-    from gpufly.doctor import install as plans
-
-    platform, python = plans.platform_of(facts.env), facts.env.python_version
-    gpus = list(facts.gpus)
-    if name == "torch":
-        return plans.choose_torch(gpus, facts.driver, platform, python, cuda=cuda, machine=facts.env.machine)
-    if name == "tensorflow":
-        return plans.choose_tensorflow(gpus, facts.driver, platform, python, installed=facts.framework("tensorflow"),
-                                       cuda=cuda)
-    return plans.choose_jax(gpus, facts.driver, platform, facts.env, cuda=cuda)
-
-
-def _run_plan(plan: InstallPlan, out: Console | None) -> None:
-    """Run the plan's pip command with this Python (the environment gpufly probed), as printed."""
-    if plan.command is None:
-        raise GpuflyError("nothing to run: no build works with this driver", hint=plan.advice, exit_code=1)
-    if not plan.command.startswith("pip "):
-        raise GpuflyError("this plan is not a single pip command; run its steps by hand", exit_code=1)
-    args = [sys.executable, "-m", *shlex.split(plan.command)]
-    if out is not None:
-        out.print(f"running: {shlex.join(args)}", soft_wrap=True)
-    try:
-        done = subprocess.run(args, check=False)
-    except OSError as exc:
-        raise GpuflyError(f"could not start {sys.executable} -m pip: {exc}", exit_code=1) from exc
-    if done.returncode != 0:
-        raise GpuflyError(f"`{plan.command}` failed: pip exited with {done.returncode}",
-                          hint="pip's messages above say why; nothing else was changed", exit_code=1)
-
-
-def install(
-    framework: Annotated[str, typer.Argument(help="torch, tensorflow or jax.")],
-    cuda: Annotated[str | None, typer.Option("--cuda", metavar="X.Y", help="Only builds for this CUDA.")] = None,
-    run: Annotated[bool, typer.Option("--run", help="Run the command (otherwise it is only printed).")] = False,
-    facts_file: Annotated[Path | None, typer.Option("--facts", metavar="FILE", help="Plan for saved facts.")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-) -> None:
-    """Print the exact pip command that installs FRAMEWORK with GPU support for this machine."""
-    name = framework.lower()
-    if name in ("pytorch",):
-        name = "torch"
-    if name not in FRAMEWORKS:
-        raise unknown_choice("framework", framework, FRAMEWORKS)
-    # The plan needs the driver, GPUs and installed packages, not whether the frameworks import: skip the imports.
-    plan = _plan(name, _facts(facts_file, import_frameworks=False), cuda)
-    out = None if json_out else console()
-    if out is None:
-        print_json({"schema_version": SCHEMA_VERSION, "framework": name, "plan": plan.to_dict()})
-    else:
-        if plan.command:
-            out.print(plan.command, style="bold", soft_wrap=True)
-        out.print(plan.reason)
-        if plan.advice:
-            out.print(plan.advice, soft_wrap=True)
-        for warning in plan.warnings:
-            out.print(f"note: {warning}")
-    if run:
-        _run_plan(plan, out)

@@ -47,7 +47,7 @@ COMMANDS: dict[str, CommandEntry] = {
     "models": CommandEntry("gpufly.cli.advise:models", "List the preset models."),
     "doctor": CommandEntry("gpufly.cli.doctor:doctor", "Find what does not fit together in the driver, CUDA and "
                            "framework stack, and how to fix it."),
-    "install": CommandEntry("gpufly.cli.doctor:install", "Print the exact pip command that installs FRAMEWORK with "
+    "install": CommandEntry("gpufly.cli.install:install", "Print the exact pip command that installs FRAMEWORK with "
                             "GPU support for this machine."),
     "bench": CommandEntry("gpufly.cli.bench:bench", "Measure matmul rates per precision, memory and PCIe bandwidth, "
                           "launch latency and attention, beside the catalog's peaks."),

@@ -7,6 +7,8 @@ no process.
 """
 
 from gpufly.doctor.checks import Finding, diagnose, slow_half_precision, smoke_findings
+from gpufly.doctor.extension_probe import probe_extensions
+from gpufly.doctor.extensions import ExtensionFact, extension_findings
 from gpufly.doctor.facts import (
     DriverFact,
     EnvFact,
@@ -26,6 +28,7 @@ __all__ = [
     "Alternative",
     "DriverFact",
     "EnvFact",
+    "ExtensionFact",
     "Facts",
     "Finding",
     "FrameworkFact",
@@ -38,10 +41,12 @@ __all__ = [
     "choose_tensorflow",
     "choose_torch",
     "diagnose",
+    "extension_findings",
     "facts_from_dict",
     "load_facts",
     "platform_of",
     "probe_all",
+    "probe_extensions",
     "run_isolated",
     "slow_half_precision",
     "smoke_findings",

@@ -10,11 +10,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpufly.doctor.extensions import extension_findings
 from gpufly.doctor.facts import Facts, FrameworkFact, GpuFact
 
 if TYPE_CHECKING:
     from gpufly.catalog import Catalog
+    from gpufly.doctor.compat import TorchVariant
     from gpufly.doctor.install import InstallPlan
+    from gpufly.doctor.install.torch import GpuBuild
     from gpufly.doctor.smoke import SmokeResult
 
 LOW_FREE_VRAM_SHARE = 0.2
@@ -25,6 +28,8 @@ SLOW_FP16_CCS = frozenset({"5.0", "5.2", "6.1"})
 (5.3), the P100 (6.0) and the Jetson TX2 (6.2) run FP16 at twice the FP32 rate and are not here (CUDA C
 Programming Guide, arithmetic instruction throughput per compute capability)."""
 STATUS_ORDER = {"fail": 0, "warn": 1, "ok": 2}
+RERUN_IMPORT_TIMEOUT_S = 300
+"""The longer import limit a timed-out finding suggests: generous for a busy machine's cold import."""
 
 
 @dataclass(frozen=True)
@@ -49,10 +54,26 @@ def _torch_plan(facts: Facts) -> InstallPlan:
                         machine=facts.env.machine)
 
 
+def _builds_per_gpu(facts: Facts) -> tuple[GpuBuild, ...]:
+    from gpufly.doctor.install import platform_of
+    from gpufly.doctor.install.torch import builds_per_gpu
+
+    if not facts.driver.found or len(facts.gpus) < 2:
+        return ()
+    return builds_per_gpu(list(facts.gpus), facts.driver, platform_of(facts.env), facts.env.python_version,
+                          machine=facts.env.machine)
+
+
+def _per_gpu_fix(builds: tuple[GpuBuild, ...]) -> str:
+    """A build per GPU, each with how to show CUDA only that GPU."""
+    return "; ".join(f"for the {b.label}, run with {b.select}: {_joined(b.plan)}" for b in builds)
+
+
 def _torch_install(facts: Facts) -> str:
     """The pip command to install, and the driver update that unlocks a newer build as a second choice
-    ("; or ..."): two sentences, not one run together."""
-    return _joined(_torch_plan(facts))
+    ("; or ..."): two sentences, not one run together. On a machine no single build serves, a build per GPU."""
+    builds = _builds_per_gpu(facts)
+    return _per_gpu_fix(builds) if builds else _joined(_torch_plan(facts))
 
 
 def _joined(plan: InstallPlan) -> str:
@@ -99,6 +120,72 @@ def check_driver(facts: Facts) -> Iterator[Finding]:
     yield Finding("driver", "ok", f"no NVIDIA GPU found ({reason}): a CPU-only machine")
 
 
+def check_driver_age(facts: Facts) -> Iterator[Finding]:
+    """An old driver limits every framework install to come, so it is a finding even with none installed: a
+    warning when no build of the newest torch release with code for these GPUs runs on it; a note (ok, with
+    the update as its fix) when only a legacy build does, which the next releases drop."""
+    from gpufly.doctor.compat import driver_supports
+    from gpufly.doctor.install import platform_of
+
+    torch = facts.framework("torch")
+    if not facts.driver.found or not facts.driver.version or not facts.gpus:
+        return
+    if torch is not None and torch.cuda_version and not driver_supports(facts.driver.version, torch.cuda_version,
+                                                                         platform_of(facts.env)):
+        return
+    builds = _builds_per_gpu(facts)
+    for plan in [b.plan for b in builds] or [_torch_plan(facts)]:
+        if plan.needs_driver is not None:
+            yield Finding("driver_old", "warn", f"NVIDIA driver {facts.driver.version} is too old for the newest "
+                          f"torch builds with code for these GPUs (they need {plan.needs_driver} or newer)",
+                          "the driver limits every framework install: each CUDA build needs a driver at least as new "
+                          "as its CUDA major version's floor", plan.advice or "")
+            return
+        variant = _legacy_variant(plan)
+        need = _current_build_driver(facts, variant.release) if variant is not None else None
+        if variant is not None and need is not None:
+            note = f": {variant.note}" if variant.note else ""
+            yield Finding("driver_old", "ok", f"NVIDIA driver {facts.driver.version} runs only the legacy "
+                          f"{variant.name} build of torch {plan.release}{note}",
+                          f"fine today, but PyTorch is dropping CUDA {variant.cuda}: its current builds with code "
+                          f"for these GPUs need driver {need} or newer", f"update the NVIDIA driver to {need} or "
+                          "newer before the next torch release")
+            return
+
+
+def _legacy_variant(plan: InstallPlan) -> TorchVariant | None:
+    """The plan's build when PyTorch's release matrix marks it legacy (the last releases to ship its CUDA)."""
+    from gpufly.doctor.compat import torch_release
+
+    if not plan.uses_gpu or plan.release is None or plan.variant is None:
+        return None
+    variant = torch_release(plan.release).variant(plan.variant)
+    return variant if variant.status == "legacy" else None
+
+
+def _current_build_driver(facts: Facts, release: str) -> str | None:
+    """The lowest driver that runs a build of the release, other than a legacy one, with code for every GPU
+    here; None when there is no such build (then the GPU, not the driver, is what ages out)."""
+    from gpufly.doctor.compat import arch_covers, min_driver_for, parse_version, torch_release
+    from gpufly.doctor.install import platform_of
+
+    wheels = facts.env.platform or "linux"
+    floors = [min_driver_for(v.cuda, platform_of(facts.env)) for v in torch_release(release).variants
+              if v.status in ("stable", "experimental") and (arches := v.arches(wheels, facts.env.machine))
+              and all(arch_covers(g.compute_capability, arches) for g in facts.gpus if g.compute_capability)]
+    return min(floors, key=parse_version, default=None)
+
+
+def check_mixed_gpus(facts: Facts) -> Iterator[Finding]:
+    builds = _builds_per_gpu(facts)
+    if builds:
+        yield Finding("mixed_gpus", "warn", "no torch build has native code for every GPU here: "
+                      + ", ".join(b.label for b in builds),
+                      "one process can use only the GPUs its build has code for; recent wheels dropped the older "
+                      "cards and older wheels lack the newer ones, so each kind of GPU needs its own environment",
+                      _per_gpu_fix(builds))
+
+
 def check_visible_devices(facts: Facts) -> Iterator[Finding]:
     value = facts.env.cuda_visible_devices
     if value is None or not facts.gpus:
@@ -131,6 +218,7 @@ def _torch_build_findings(facts: Facts, torch: FrameworkFact) -> Iterator[Findin
                       "('The NVIDIA driver on your system is too old')",
                       _driver_too_old_fix(facts, needed))
     arch_list = torch.arch_list or ()
+    yield from _minor_compat_findings(facts, torch)
     if arch_list:
         for gpu in facts.gpus:
             if gpu.compute_capability and arch_covers(gpu.compute_capability, arch_list) is None:
@@ -149,12 +237,46 @@ def _torch_build_findings(facts: Facts, torch: FrameworkFact) -> Iterator[Findin
                       "check the findings above; `python -c \"import torch; torch.cuda.init()\"` shows the CUDA error")
 
 
+def _minor_compat_findings(facts: Facts, torch: FrameworkFact) -> Iterator[Finding]:
+    """A torch built with a newer CUDA minor than the driver's runs by minor-version compatibility only on GPUs it
+    has native code for: the driver cannot JIT-compile PTX from the newer toolkit. A GPU that would need PTX
+    fails; where every GPU has native code, the build is fine with a caveat."""
+    from gpufly.doctor.compat import matching_arch, minor_compat, runs_by_minor_compat
+    from gpufly.doctor.install import platform_of
+
+    driver, cuda = facts.driver, torch.cuda_version
+    if not driver.version or not cuda or not torch.arch_list:
+        return
+    if not runs_by_minor_compat(driver.version, cuda, platform_of(facts.env), driver.cuda_version):
+        return
+    gpus = [(gpu, matching_arch(gpu.compute_capability, torch.arch_list)) for gpu in facts.gpus
+            if gpu.compute_capability]
+    compat = minor_compat()
+    for gpu, match in gpus:
+        if match is not None and match[0] == "ptx":
+            yield Finding("minor_compat_ptx", "fail", f"PyTorch {torch.version} (CUDA {cuda}) has only PTX "
+                          f"({match[1]}) for the {gpu.name}, and driver {driver.version} runs CUDA {cuda} only "
+                          "through minor-version compatibility, which cannot JIT-compile it",
+                          f"CUDA calls on that GPU fail with {compat.ptx_error} ({compat.source})",
+                          f"install a build with native code for it: {_torch_install(facts)}; or update the NVIDIA "
+                          f"driver to one that reports CUDA {cuda} or newer, which can JIT-compile that PTX")
+    native = [f"{gpu.name} ({match[1]})" for gpu, match in gpus if match is not None and match[0] == "sass"]
+    if native and len(native) == len(gpus):
+        reported = f" (it reports CUDA {driver.cuda_version})" if driver.cuda_version else ""
+        yield Finding("minor_compat", "ok", f"driver {driver.version}{reported} runs PyTorch's CUDA {cuda} through "
+                      f"minor-version compatibility: the build has native code for {', '.join(native)}",
+                      f"no PTX JIT is needed; {compat.caveat} ({compat.source})")
+
+
 def check_torch(facts: Facts) -> Iterator[Finding]:
     torch = next((f for f in facts.frameworks if f.name == "torch"), None)
     if torch is None or not torch.installed:
         return
-    if torch.import_error or torch.timed_out:
-        yield Finding("torch_import", "fail", f"importing torch failed: {torch.import_error or 'timed out'}",
+    if torch.timed_out:
+        yield _timeout_finding(torch)
+        return
+    if torch.import_error:
+        yield Finding("torch_import", "fail", f"importing torch failed: {torch.import_error}",
                       "a broken install can hang or crash every program that imports it",
                       "reinstall it in a fresh virtual environment: " + _torch_install(facts))
         return
@@ -163,8 +285,30 @@ def check_torch(facts: Facts) -> Iterator[Finding]:
                                                                   if torch.cuda_version else " (CPU build)"))
         return
     found = list(_torch_build_findings(facts, torch))
-    yield from found or [Finding("torch", "ok", f"PyTorch {torch.version} with CUDA {torch.cuda_version} runs "
-                                 f"on every GPU here")]
+    if all(f.status == "ok" for f in found):
+        found.insert(0, Finding("torch", "ok", f"PyTorch {torch.version} with CUDA {torch.cuda_version} runs on "
+                                "every GPU here"))
+    yield from found
+
+
+def _timeout_finding(framework: FrameworkFact) -> Finding:
+    """An import that did not finish in time: slow (still making progress) or stalled, never called broken on
+    the timeout alone, so the fix is a longer limit and a way to see where it waits, not a reinstall."""
+    name = framework.name
+    doing = f" (last stage: {framework.last_stage})" if framework.last_stage else ""
+    where = (f"`python -X importtime -c 'import {name}' 2>&1 | sort -t'|' -k2 -n | tail` shows the slowest imports, "
+             "and `py-spy dump --pid PID` where a waiting one is stuck")
+    longer = f"re-run with a longer limit: gpufly doctor --import-timeout {RERUN_IMPORT_TIMEOUT_S}"
+    if framework.stalled:
+        return Finding(f"{name}_import_timeout", "fail",
+                       framework.import_error or f"importing {name} stopped making progress{doing}",
+                       "an import that waits without progress is often a lock, a network file system or a GPU "
+                       "driver call, not a broken install: a timeout alone says nothing about the files",
+                       f"{longer}; if it stops at the same stage again, {where}")
+    return Finding(f"{name}_import_timeout", "warn",
+                   framework.import_error or f"importing {name} was still making progress when stopped{doing}",
+                   "a busy or slow machine (cold disk cache, network file system) makes large imports slow; "
+                   "slow is not broken", f"{longer}; {where}")
 
 
 def check_tensorflow(facts: Facts) -> Iterator[Finding]:
@@ -177,8 +321,11 @@ def check_tensorflow(facts: Facts) -> Iterator[Finding]:
                       "tensorflow-gpu stopped at 2.10 and no longer installs; GPU support is in 'tensorflow' itself",
                       "pip uninstall -y tensorflow-gpu && pip install 'tensorflow[and-cuda]'; " + verify)
         return
-    if tf.import_error or tf.timed_out:
-        yield Finding("tensorflow_import", "fail", f"importing TensorFlow failed: {tf.import_error or 'timed out'}",
+    if tf.timed_out:
+        yield _timeout_finding(tf)
+        return
+    if tf.import_error:
+        yield Finding("tensorflow_import", "fail", f"importing TensorFlow failed: {tf.import_error}",
                       "", "reinstall: pip install 'tensorflow[and-cuda]'")
         return
     if facts.gpus and not tf.gpu_available:
@@ -195,8 +342,10 @@ def check_jax(facts: Facts) -> Iterator[Finding]:
     jax = next((f for f in facts.frameworks if f.name == "jax"), None)
     if jax is None or not jax.installed:
         return
-    if jax.import_error or jax.timed_out:
-        yield Finding("jax_import", "fail", f"importing JAX failed: {jax.import_error or 'timed out'}", "",
+    if jax.timed_out:
+        yield _timeout_finding(jax)
+    elif jax.import_error:
+        yield Finding("jax_import", "fail", f"importing JAX failed: {jax.import_error}", "",
                       'pip install -U "jax[cuda12]"')
     elif facts.gpus and jax.backend != "gpu":
         yield Finding("jax_cpu", "fail", f"JAX {jax.version} runs on the {jax.backend or 'cpu'} backend",
@@ -280,8 +429,14 @@ def check_toolkit(facts: Facts) -> Iterator[Finding]:
                       "remove the system cuDNN directory from LD_LIBRARY_PATH for PyTorch jobs")
 
 
+def check_extensions(facts: Facts) -> Iterator[Finding]:
+    """flash-attn, xformers, bitsandbytes, vLLM... beside torch: doctor/extensions.py."""
+    yield from extension_findings(facts, facts.extensions)
+
+
 CHECKS: tuple[Callable[[Facts], Iterator[Finding]], ...] = (
-    check_driver, check_visible_devices, check_torch, check_tensorflow, check_jax, check_half_precision,
+    check_driver, check_driver_age, check_mixed_gpus, check_visible_devices, check_torch, check_extensions,
+    check_tensorflow, check_jax, check_half_precision,
     check_pcie, check_free_memory, check_toolkit,
 )
 

@@ -154,6 +154,37 @@ def driver_runs_natively(driver_version: str, cuda: str, platform: str = "linux"
     return None if shipped is None else version_at_least(driver_version, shipped)
 
 
+@dataclass(frozen=True)
+class MinorCompat:
+    """What minor-version compatibility asks of a build and what it costs (NVIDIA's CUDA Compatibility guide)."""
+
+    caveat: str
+    """What is lost: features of the newer minor that need the newer driver."""
+    ptx_error: str
+    """What a GPU that would need PTX JIT gets instead of running."""
+    source: str
+
+
+@cache
+def minor_compat() -> MinorCompat:
+    row = _read("cuda_drivers")["minor_version_compatibility"]
+    return MinorCompat(row["caveat"], row["ptx_error"], row["source"])
+
+
+def runs_by_minor_compat(driver_version: str, cuda: str, platform: str = "linux",
+                         driver_cuda: str | None = None) -> bool:
+    """Whether the driver runs CUDA ``cuda`` only through minor-version compatibility: above its family floor,
+    below the driver that runs it natively. Such a build runs only on GPUs it has native code (SASS) for: the
+    older driver cannot JIT-compile PTX made by the newer toolkit. Where neither the driver's CUDA version nor
+    the toolkit table tells, it counts as compatibility: the side that asks for native code.
+
+    >>> runs_by_minor_compat("580.82.07", "13.2", driver_cuda="13.0"), runs_by_minor_compat("580.82.07", "13.0")
+    (True, False)
+    """
+    return (driver_supports(driver_version, cuda, platform)
+            and not driver_runs_natively(driver_version, cuda, platform, driver_cuda))
+
+
 # --- architectures ------------------------------------------------------------------------------
 
 def parse_arch(entry: str) -> tuple[str, int, int, str]:

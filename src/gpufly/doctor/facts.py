@@ -19,11 +19,15 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 
 from gpufly.doctor.compat import PLATFORMS, parse_arch, parse_compute_capability, parse_version
+from gpufly.doctor.extensions import ExtensionFact
 from gpufly.errors import GpuflyError, unknown_choice
 from gpufly.jsonfile import read_json, write_json_atomic
 from gpufly.records import Check, checked, from_dict, shown
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_SCHEMA_VERSIONS = (1, SCHEMA_VERSION)
+"""Version 2 added the system facts (OS, libc, GCC, CPU), the libraries torch loaded and the import progress;
+a version 1 file reads as one without them."""
 FRAMEWORK_NAMES = ("torch", "tensorflow", "jax")
 DRIVER_SOURCES = ("nvml", "nvidia-smi")
 OS_NAMES = tuple(name for name in PLATFORMS if name != "wsl")
@@ -128,12 +132,21 @@ class FrameworkFact:
     cuda_version: str | None = field(default=None, metadata=CUDA_VERSION)
     """The CUDA version the build targets (torch.version.cuda; TF's build info); None for a CPU build."""
     cudnn_version: str | None = field(default=None, metadata=LIBRARY_VERSION)
+    """The cuDNN the framework loaded (torch.backends.cudnn.version()), not a system copy's headers."""
+    nccl_version: str | None = field(default=None, metadata=LIBRARY_VERSION)
+    """The NCCL torch uses (torch.cuda.nccl.version())."""
+    libraries: tuple[str, ...] | None = None
+    """The CUDA libraries the import loaded, by path: the wheel's own or a system copy found first."""
     gpu_available: bool | None = None
     device_count: Count | None = None
     arch_list: tuple[str, ...] | None = field(default=None, metadata=ARCH)
     """Compiled architectures, e.g. ("sm_75", "sm_80", "compute_90") (torch.cuda.get_arch_list())."""
     backend: str | None = None
     """JAX's default backend ("gpu", "cpu")."""
+    stalled: bool = False
+    """With ``timed_out``: the import had stopped making progress, rather than still moving when stopped."""
+    last_stage: str | None = None
+    """The last stage the import probe reported ("import torch._dynamo", "torch.cuda.is_available()")."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +162,28 @@ class EnvFact:
 
 
 @dataclass(frozen=True)
+class CpuFact:
+    model: str | None = None
+    logical_cores: Count | None = None
+    flags: tuple[str, ...] = ()
+    """The vector and matrix extensions a bug report asks about (avx2, avx512f, amx_tile, sve...), as the OS
+    names them; the rest of the CPU's flags are left out."""
+
+
+@dataclass(frozen=True)
+class SystemFact:
+    """What ``torch.utils.collect_env`` puts in a bug report about the machine itself."""
+
+    os: str | None = None
+    """The distribution's name ("Ubuntu 22.04.4 LTS"), else the OS and its release."""
+    kernel: str | None = None
+    libc: str | None = None
+    """ "glibc 2.35"; None where there is none to report (Windows, macOS)."""
+    gcc_version: str | None = None
+    cpu: CpuFact = field(default_factory=CpuFact)
+
+
+@dataclass(frozen=True)
 class Facts:
     """Everything the doctor knows about one machine."""
 
@@ -156,7 +191,10 @@ class Facts:
     gpus: tuple[GpuFact, ...] = ()
     toolkit: ToolkitFact = field(default_factory=ToolkitFact)
     frameworks: tuple[FrameworkFact, ...] = ()
+    extensions: tuple[ExtensionFact, ...] = ()
+    """GPU extension packages beside torch (flash-attn, xformers...): doctor/extensions.py."""
     env: EnvFact = field(default_factory=EnvFact)
+    system: SystemFact = field(default_factory=SystemFact)
     collected_at: str | None = field(default=None, metadata=checked(_timestamp))
 
     def framework(self, name: str) -> FrameworkFact | None:
@@ -168,6 +206,74 @@ class Facts:
     def save(self, path: Path) -> None:
         """Write the facts atomically; a folder or a device node (/dev/full) is refused, not replaced."""
         write_json_atomic(path, self.to_dict(), hint=WRITE_HINT)
+
+
+X86_GROUPS = (("AVX2", ("avx2",)), ("AVX-512", ("avx512",)), ("AMX", ("amx_",)), ("SVE", ("sve",)))
+
+
+def _cpu_line(cpu: CpuFact) -> str | None:
+    """ "Intel Xeon, 2 logical cores; AVX2 yes, AVX-512 yes (avx512f avx512_bf16), AMX no": each family said
+    present or absent (on x86; SVE on Arm), so a missing AVX-512 is as visible as a present one. Where the
+    flags were not read (not Linux), only the model."""
+    if cpu.model is None and not cpu.flags:
+        return None
+    head = ", ".join(part for part in (cpu.model, f"{cpu.logical_cores} logical cores" if cpu.logical_cores
+                                       else None) if part)
+    if not cpu.flags:
+        return head or None
+    arm = any(flag in cpu.flags for flag in ("asimd", "sve"))
+    groups = X86_GROUPS[3:] if arm else X86_GROUPS[:3]
+    said = []
+    for label, prefixes in groups:
+        found = [flag for flag in cpu.flags if flag.startswith(prefixes)]
+        detail = f" ({' '.join(found)})" if len(found) > 1 else ""
+        said.append(f"{label} {'yes' if found else 'no'}{detail}")
+    return f"{head}; {', '.join(said)}"
+
+
+def _torch_line(torch: FrameworkFact) -> str:
+    if torch.timed_out or torch.import_error:
+        return f"{torch.version or 'installed'}: not imported ({torch.import_error or 'timed out'})"
+    if torch.cuda_version is None:
+        return f"{torch.version} (CPU build)"
+    loaded = [f"{name} {version}" for name, version in (("cuDNN", torch.cudnn_version),
+                                                         ("NCCL", torch.nccl_version)) if version]
+    line = f"{torch.version}: CUDA runtime {torch.cuda_version} (in the wheel)"
+    line += f", {' and '.join(loaded)} loaded" if loaded else ""
+    system = [path for path in torch.libraries or () if not _from_a_package(path)]
+    return line + (f"; loaded from outside the Python packages: {', '.join(system)}" if system else "")
+
+
+def _from_a_package(path: str) -> bool:
+    """Whether a loaded library came with a Python package (the wheel's own), or is the driver's libcuda, which
+    always comes from the system."""
+    name = path.rsplit("/", 1)[-1]
+    return "-packages/" in path or name.startswith("libcuda.so")
+
+
+def summary_lines(facts: Facts) -> list[tuple[str, str]]:
+    """The facts a bug report needs, as (label, text) lines, each only where it was found: what
+    ``torch.utils.collect_env`` prints, plus the driver and the CUDA toolkit on the system."""
+    system, env, toolkit = facts.system, facts.env, facts.toolkit
+    os_parts = [system.os, f"kernel {system.kernel}" if system.kernel else None, system.libc,
+                "WSL" if env.in_wsl else None, "container" if env.in_container else None]
+    lines = [("OS", ", ".join(part for part in os_parts if part)),
+             ("compiler", f"GCC {system.gcc_version}" if system.gcc_version else ""),
+             ("CPU", _cpu_line(system.cpu) or ""),
+             ("Python", " ".join(part for part in (env.python_version, env.platform, env.machine) if part))]
+    if facts.driver.found:
+        cuda = f" (CUDA {facts.driver.cuda_version})" if facts.driver.cuda_version else ""
+        lines.append(("driver", f"{facts.driver.version or 'version unknown'}{cuda}"))
+    torch = facts.framework("torch")
+    if torch is not None:
+        lines.append(("torch", _torch_line(torch)))
+    system_libs = [f"{name} {version}" for name, version in (("nvcc", toolkit.nvcc_version),
+                                                             ("cuDNN", toolkit.cudnn_version),
+                                                             ("NCCL", toolkit.nccl_version)) if version]
+    if system_libs:
+        lines.append(("toolkit", f"{', '.join(system_libs)} on the system (used to build extensions, not by "
+                                 "the wheels)"))
+    return [(label, text) for label, text in lines if text]
 
 
 def build_fact(cls: type[T], data: Any, where: str) -> T:
@@ -186,8 +292,9 @@ def facts_from_dict(data: Any, where: str = "facts") -> Facts:
         raise GpuflyError(f"{where} is not a facts document (expected a JSON object)",
                           hint="write one with `gpufly doctor --save FILE`")
     version = data.get("schema_version")
-    if type(version) is not int or version != SCHEMA_VERSION:
-        raise GpuflyError(f"{where} has schema_version {shown(version)}; this gpufly reads {SCHEMA_VERSION}",
+    if type(version) is not int or version not in READABLE_SCHEMA_VERSIONS:
+        readable = " and ".join(str(v) for v in READABLE_SCHEMA_VERSIONS)
+        raise GpuflyError(f"{where} has schema_version {shown(version)}; this gpufly reads {readable}",
                           hint="write the facts again with `gpufly doctor --save FILE`")
     body = {k: v for k, v in data.items() if k != "schema_version"}
     return build_fact(Facts, body, where)

@@ -7,18 +7,22 @@ tool or framework is a fact with the reason. The outside world is injected (``ru
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import importlib.util
 import json
 import os
 import platform
+import queue
 import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from functools import cache
 from importlib.machinery import ModuleSpec
@@ -26,14 +30,17 @@ from pathlib import Path
 from types import ModuleType
 
 from gpufly.doctor import framework_probe
+from gpufly.doctor.extension_probe import probe_extensions
 from gpufly.doctor.facts import (
     FRAMEWORK_NAMES,
+    CpuFact,
     DriverFact,
     EnvFact,
     Facts,
     FrameworkFact,
     GpuFact,
     ProcessFact,
+    SystemFact,
     ToolkitFact,
     build_fact,
 )
@@ -41,11 +48,17 @@ from gpufly.errors import GpuflyError
 from gpufly.hw import GpuReader, GpuSample, Nvml, load_pynvml
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
+Spawn = Callable[[list[str]], "subprocess.Popen[str]"]
+"""Starts a child with its stdout and stderr as text pipes (``spawn_child``, or a fake child in tests)."""
 FindSpec = Callable[[str], ModuleSpec | None]
+ReadText = Callable[[Path], str]
 
 TOOL_TIMEOUT_S = 5.0
-FRAMEWORK_TIMEOUT_S = 20.0
 FRAMEWORKS = FRAMEWORK_NAMES
+CPU_FLAGS = ("avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
+             "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16", "asimd", "sve", "sve2", "bf16", "i8mm")
+"""The CPU extensions a bug report asks about (PyTorch's CPU kernels dispatch on them), as Linux names them in
+/proc/cpuinfo: x86's AVX, AVX-512 and AMX families, Arm's NEON (asimd), SVE and BF16/I8MM."""
 SYSTEM_INCLUDE_DIRS = (Path("/usr/include"), Path("/usr/local/cuda/include"))
 SMI_GPU_FIELDS = ("index", "uuid", "name", "driver_version", "compute_cap", "memory.total", "memory.free",
                   "pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current", "pcie.link.width.max",
@@ -133,8 +146,11 @@ def _probe_nvml(lib: ModuleType | None) -> tuple[DriverFact, list[GpuFact]]:
     with session:
         driver = DriverFact(found=True, version=session.driver_version(), cuda_version=session.cuda_driver_version(),
                             source="nvml")
+        count, why_not = session.count_devices()
+        if why_not:
+            raise _ProbeFailed(why_not)
         reader = GpuReader(session)
-        return driver, [_nvml_gpu(session, reader, index) for index in range(reader.count())]
+        return driver, [_nvml_gpu(session, reader, index) for index in range(count)]
 
 
 # nvidia-smi ------------------------------------------------------------------------------------
@@ -359,6 +375,55 @@ def probe_env(environ: Mapping[str, str] = os.environ, proc_root: Path = Path("/
     )
 
 
+# The system, for bug reports --------------------------------------------------------------------
+
+
+def _os_name(read: ReadText, system: str, release: str) -> str | None:
+    """PRETTY_NAME from /etc/os-release ("Ubuntu 22.04.4 LTS"), else the OS and its release."""
+    match = re.search(r'^PRETTY_NAME="?([^"\n]+)"?', read(Path("/etc/os-release")), re.M)
+    if match:
+        return match.group(1).strip()
+    return f"{system} {release}".strip() or None
+
+
+def _gcc_version(run: Run) -> str | None:
+    """The version at the end of `gcc --version`'s first line ("gcc (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0")."""
+    try:
+        done = _run_tool(run, ("gcc", "--version"))
+    except _ProbeFailed:
+        return None
+    match = re.search(r"(\d+\.\d+(?:\.\d+)?)\s*$", _first_line(done.stdout or ""))
+    return match.group(1) if done.returncode == 0 and match else None
+
+
+def _cpu(read: ReadText, processor: str) -> CpuFact:
+    """The CPU's model and the extensions that matter, from /proc/cpuinfo (Linux); the model alone elsewhere."""
+    text = read(Path("/proc/cpuinfo"))
+    model = re.search(r"^(?:model name|Hardware|cpu model)\s*:\s*(.+)$", text, re.M)
+    flags = re.search(r"^(?:flags|Features)\s*:\s*(.*)$", text, re.M)
+    present = set(flags.group(1).split()) if flags else set()
+    cores = len(re.findall(r"^processor\s*:", text, re.M)) or os.cpu_count()
+    return CpuFact(model=model.group(1).strip() if model else (processor or None), logical_cores=cores,
+                   flags=tuple(flag for flag in CPU_FLAGS if flag in present))
+
+
+def probe_system(run: Run = subprocess.run, read: ReadText = _read, system: str | None = None,
+                 release: str | None = None, libc: tuple[str, str] | None = None,
+                 processor: str | None = None) -> SystemFact:
+    """The OS, C library, GCC and CPU, as a bug report wants them; each None where not found. ``read`` reads
+    /etc/os-release and /proc/cpuinfo, ``run`` runs gcc; the rest default to Python's ``platform`` answers."""
+    system = platform.system() if system is None else system
+    release = platform.release() if release is None else release
+    lib, version = platform.libc_ver() if libc is None else libc
+    return SystemFact(
+        os=_os_name(read, system, release),
+        kernel=release or None,
+        libc=f"{lib} {version}" if lib and version else None,
+        gcc_version=_gcc_version(run),
+        cpu=_cpu(read, platform.processor() if processor is None else processor),
+    )
+
+
 # Frameworks ------------------------------------------------------------------------------------
 
 
@@ -417,30 +482,145 @@ def _framework_fact(name: str, done: subprocess.CompletedProcess[str]) -> Framew
     return _fact_from_json(name, line[len(marker):])
 
 
-def _probe_framework(name: str, run: Run, python: str, timeout: float, find_spec: FindSpec) -> FrameworkFact:
+@dataclass(frozen=True)
+class ImportLimits:
+    """How long a framework's import probe may take. It always gets ``patience_s``; past that it keeps going
+    while it still reports progress (a line at most ``stall_s`` old), up to ``cap_s`` in all. A child stopped
+    either way is tried once more (``retries``): a busy machine's second import reads a warm disk cache."""
+
+    patience_s: float = 20.0
+    stall_s: float = 30.0
+    cap_s: float = 180.0
+    retries: int = 1
+
+    def with_cap(self, cap_s: float) -> ImportLimits:
+        """The limits for ``--import-timeout``: that many seconds at most, the patience no longer than that."""
+        if not cap_s > 0:
+            raise GpuflyError(f"--import-timeout must be a positive number of seconds, got {cap_s:g}",
+                              hint="e.g. --import-timeout 300")
+        return ImportLimits(min(self.patience_s, cap_s), self.stall_s, cap_s, self.retries)
+
+
+@dataclass(frozen=True)
+class _Watched:
+    """One run of an import probe child as the parent watched it."""
+
+    stdout: str
+    stderr: str
+    returncode: int | None
+    """None when the child was stopped."""
+    last_stage: str | None
+    stalled: bool
+    elapsed_s: float
+
+
+def spawn_child(argv: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, errors="replace")
+
+
+def _drain(stream: Iterable[str] | None, into: queue.Queue[str | None]) -> None:
+    for line in stream or ():
+        into.put(line)
+    into.put(None)
+
+
+def _stop(child: subprocess.Popen[str]) -> None:
+    child.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.wait(timeout=TOOL_TIMEOUT_S)
+
+
+def _watch(child: subprocess.Popen[str], limits: ImportLimits, clock: Callable[[], float]) -> _Watched:
+    """Read the child's lines as they come; stop it when its time is up: past the patience with no progress for
+    ``stall_s`` (stalled), or at the cap (slow, still moving)."""
+    lines: queue.Queue[str | None] = queue.Queue()
+    errors: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=_drain, args=(child.stdout, lines), daemon=True).start()
+    threading.Thread(target=_drain, args=(child.stderr, errors), daemon=True).start()
+    start = last = clock()
+    stage: str | None = None
+    out: list[str] = []
+    while True:
+        deadline = min(start + limits.cap_s, max(start + limits.patience_s, last + limits.stall_s))
+        try:
+            line = lines.get(timeout=max(deadline - clock(), 0.0))
+        except queue.Empty:
+            stalled = clock() - last >= limits.stall_s
+            _stop(child)
+            return _Watched("".join(out), _collected(errors), None, stage, stalled, clock() - start)
+        if line is None:
+            break
+        if line.startswith(framework_probe.PROGRESS):
+            stage, last = line[len(framework_probe.PROGRESS):].strip(), clock()
+        else:
+            out.append(line)
+    try:
+        returncode = child.wait(timeout=max(start + limits.cap_s - clock(), 0.0))
+    except subprocess.TimeoutExpired:
+        _stop(child)
+        return _Watched("".join(out), _collected(errors), None, stage, False, clock() - start)
+    return _Watched("".join(out), _collected(errors), returncode, stage, False, clock() - start)
+
+
+def _collected(errors: queue.Queue[str | None]) -> str:
+    """What the child wrote to stderr, waiting briefly for the reader to reach its end."""
+    parts: list[str] = []
+    while True:
+        try:
+            part = errors.get(timeout=1.0)
+        except queue.Empty:
+            return "".join(parts)
+        if part is None:
+            return "".join(parts)
+        parts.append(part)
+
+
+def _timed_out(name: str, watched: _Watched, limits: ImportLimits, tries: int) -> FrameworkFact:
+    """A child stopped for time: said as slow or stalled, with the stage it reached, never as broken."""
+    at = f" at {watched.last_stage}" if watched.last_stage else ""
+    again = f" ({tries} tries)" if tries > 1 else ""
+    if watched.stalled:
+        what = (f"importing {name} made no progress for {limits.stall_s:g} s{at} and was stopped after "
+                f"{watched.elapsed_s:.0f} s{again}")
+    else:
+        what = f"importing {name} was still making progress{at} when stopped at the {limits.cap_s:g} s limit{again}"
+    return FrameworkFact(name, installed=True, timed_out=True, stalled=watched.stalled,
+                         last_stage=watched.last_stage, import_error=what)
+
+
+def _probe_framework(name: str, spawn: Spawn, python: str, limits: ImportLimits, find_spec: FindSpec,
+                     clock: Callable[[], float]) -> FrameworkFact:
     if python == sys.executable and not _findable(name, find_spec):
         return FrameworkFact(name, installed=False)
-    try:
-        done = run([python, "-c", _probe_source(), name], capture_output=True, text=True, timeout=timeout,
-                   check=False)
-    except subprocess.TimeoutExpired:
-        return FrameworkFact(name, installed=True, timed_out=True,
-                             import_error=f"importing {name} did not finish within {timeout:g} s (hung)")
-    except OSError as exc:
-        return FrameworkFact(name, installed=False, import_error=f"could not start {python} ({exc})")
-    return _framework_fact(name, done)
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            child = spawn([python, "-c", _probe_source(), name])
+        except OSError as exc:
+            return FrameworkFact(name, installed=False, import_error=f"could not start {python} ({exc})")
+        watched = _watch(child, limits, clock)
+        if watched.returncode is not None or framework_probe.MARKER in watched.stdout:
+            # an answer counts even from a child stopped after giving it (stuck tearing CUDA down at exit)
+            return _framework_fact(name, subprocess.CompletedProcess([], watched.returncode or 0, watched.stdout,
+                                                                     watched.stderr))
+        if tries > limits.retries:
+            return _timed_out(name, watched, limits, tries)
 
 
-def probe_frameworks(run: Run = subprocess.run, python: str = sys.executable, timeout: float = FRAMEWORK_TIMEOUT_S,
-                     names: Sequence[str] = FRAMEWORKS,
-                     find_spec: FindSpec = importlib.util.find_spec) -> list[FrameworkFact]:
-    """Each framework as a child ``python`` that imported it saw it, all at once, each with a timeout.
+def probe_frameworks(spawn: Spawn = spawn_child, python: str = sys.executable,
+                     limits: ImportLimits = ImportLimits(), names: Sequence[str] = FRAMEWORKS,
+                     find_spec: FindSpec = importlib.util.find_spec,
+                     clock: Callable[[], float] = time.monotonic) -> list[FrameworkFact]:
+    """Each framework as a child ``python`` that imported it saw it, all at once, each watched for progress.
 
     A framework this interpreter cannot find is reported missing without starting a child (the check
-    is skipped when ``python`` is another interpreter). A crash, hang or import error is a fact.
+    is skipped when ``python`` is another interpreter). A crash or import error is a fact; so is a child
+    stopped for time, as slow or stalled with the stage it reached (``ImportLimits``).
     """
     with ThreadPoolExecutor(max_workers=max(len(names), 1)) as pool:
-        return list(pool.map(lambda name: _probe_framework(name, run, python, timeout, find_spec), names))
+        return list(pool.map(lambda name: _probe_framework(name, spawn, python, limits, find_spec, clock), names))
 
 
 # All -------------------------------------------------------------------------------------------
@@ -488,17 +668,23 @@ def probe_frameworks_from_files(find_spec: FindSpec = importlib.util.find_spec) 
 
 def probe_all(nvml: ModuleType | None = None, run: Run = subprocess.run, environ: Mapping[str, str] = os.environ,
               python: str = sys.executable, proc_root: Path = Path("/proc"), root: Path = Path("/"),
-              import_frameworks: bool = True) -> Facts:
+              import_frameworks: bool = True, spawn: Spawn = spawn_child,
+              import_limits: ImportLimits = ImportLimits()) -> Facts:
     """Everything the doctor needs. Each installed framework is imported in a child process (all at once,
-    each with a timeout, while the other probes run), GPU or not: an import that crashes or hangs is
+    each watched for progress, while the other probes run), GPU or not: an import that crashes or hangs is
     what the doctor must see. ``import_frameworks=False`` reads their installed files instead (fast, but
     blind to a broken import)."""
     collected_at = datetime.now(UTC).isoformat(timespec="seconds")
     with ThreadPoolExecutor(max_workers=1) as pool:
-        frameworks = pool.submit(probe_frameworks, run=run, python=python) if import_frameworks else None
+        frameworks = (pool.submit(probe_frameworks, spawn=spawn, python=python, limits=import_limits)
+                      if import_frameworks else None)
+        extensions = pool.submit(probe_extensions, run=run, python=python, import_packages=import_frameworks)
         driver, gpus = probe_driver_and_gpus(nvml=nvml, run=run)
         toolkit = probe_toolkit(run=run, environ=environ)
         env = probe_env(environ=environ, proc_root=proc_root, root=root)
+        system = probe_system(run=run, read=lambda path: _read(proc_root / path.relative_to("/proc"))
+                              if path.is_relative_to("/proc") else _read(root / path.relative_to("/")))
         found = frameworks.result() if frameworks else probe_frameworks_from_files()
-    return Facts(driver=driver, gpus=tuple(gpus), toolkit=toolkit, frameworks=tuple(found), env=env,
+    return Facts(driver=driver, gpus=tuple(gpus), toolkit=toolkit, frameworks=tuple(found),
+                 extensions=extensions.result(), env=env, system=system,
                  collected_at=collected_at)

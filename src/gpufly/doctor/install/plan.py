@@ -44,6 +44,12 @@ class InstallPlan:
     alternatives: tuple[Alternative, ...] = ()
     rejected: tuple[str, ...] = ()
     """The builds passed over, each with why."""
+    tool: str = "pip"
+    """The installer the commands are written for: "pip", "uv", "pixi" or "conda"."""
+    snippet: str | None = None
+    """What to put in ``snippet_file`` (pyproject.toml, pixi.toml, environment.yml) for a tool that installs from a
+    manifest; ``command`` then installs from it."""
+    snippet_file: str | None = None
 
     @property
     def uses_gpu(self) -> bool:

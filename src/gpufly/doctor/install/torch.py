@@ -1,9 +1,12 @@
 """The torch wheel for this machine: the newest CUDA build its driver runs that has code for every GPU.
 
 A release's CUDA builds are filtered twice: by the architectures each wheel ships (``_fits``), then by what the
-driver runs (``_runnable``). When the newest release has nothing for the GPUs, the planner walks back through
+driver runs (``_runnable``: natively, or by minor-version compatibility where the build has native code for
+every GPU). When the newest release has nothing for the GPUs, the planner walks back through
 older releases; when the driver is too old for every fitting build, it names the driver update and meanwhile
-offers the newest older build the present driver runs (``_driver_too_old``).
+offers the newest older build the present driver runs (``_driver_too_old``). When no build has native code for
+every GPU on the machine, it gives a build per kind of GPU and how to show CUDA only one kind (``_split_plan``);
+a build that reaches a GPU only through PTX JIT is then an alternative that says so, never the plan.
 """
 
 from __future__ import annotations
@@ -16,17 +19,19 @@ from gpufly.doctor.compat import (
     TorchVariant,
     check_platform,
     cuda_key,
-    driver_runs_natively,
     driver_supports,
     matching_arch,
     min_driver_for,
+    minor_compat,
+    parse_compute_capability,
     parse_version,
+    runs_by_minor_compat,
     toolkit_driver,
     torch_index_url,
     torch_release,
     torch_releases,
 )
-from gpufly.doctor.facts import DriverFact
+from gpufly.doctor.facts import DriverFact, GpuFact
 from gpufly.doctor.install.plan import (
     Alternative,
     GpuInput,
@@ -83,6 +88,31 @@ class _Candidate:
     older: tuple[TorchRelease, ...]
 
 
+@dataclass(frozen=True)
+class GpuBuild:
+    """The build for one kind of GPU, on a machine where no single build has native code for every GPU."""
+
+    gpu: TargetGpu
+    indexes: tuple[int, ...]
+    """The GPUs of this kind as NVML and nvidia-smi number them (PCI bus order); empty when unknown."""
+    plan: InstallPlan
+
+    @property
+    def label(self) -> str:
+        """ "NVIDIA GeForce RTX 5090 (GPU 0, 12.0)": the name and the index nvidia-smi shows."""
+        if not self.indexes or self.gpu.name is None:
+            return self.gpu.label
+        return f"{self.gpu.name} (GPU {','.join(str(i) for i in self.indexes)}, {self.gpu.cc})"
+
+    @property
+    def select(self) -> str:
+        """The environment that shows CUDA only these GPUs. CUDA numbers GPUs fastest first unless told to use
+        the PCI bus order, which is the order nvidia-smi and NVML (the indexes here) use."""
+        if not self.indexes:
+            return f"CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=<nvidia-smi index of {self.gpu.label}>"
+        return f"CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={','.join(str(i) for i in self.indexes)}"
+
+
 def choose_torch(gpus: Sequence[GpuInput], driver: DriverFact | None, platform: str = "linux",
                  python_version: str | None = None, release: str | None = None, cuda: str | None = None,
                  machine: str | None = None) -> InstallPlan:
@@ -90,8 +120,28 @@ def choose_torch(gpus: Sequence[GpuInput], driver: DriverFact | None, platform: 
     those the driver cannot run and those without code for every GPU, and take the newest CUDA left.
 
     When the GPUs are too old for every build of the newest release, walk back to the newest release that
-    still has code for them. ``cuda`` ("12.6" or "cu126") restricts the choice to that CUDA version.
+    still has code for them. ``cuda`` ("12.6" or "cu126") restricts the choice to that CUDA version. When no
+    build has native code for every GPU (an RTX 5090 beside a GTX 1080 Ti), the plan is the build for the GPU
+    with the newest one, with the build for each other GPU and how to show CUDA only one kind of GPU.
     """
+    joint = _one_build(gpus, driver, platform, python_version, release, cuda, machine)
+    if release is not None or cuda is not None:
+        return joint
+    builds = _per_gpu(joint, gpus, driver, platform, python_version, machine)
+    return _split_plan(joint, builds, platform, machine) if builds else joint
+
+
+def builds_per_gpu(gpus: Sequence[GpuInput], driver: DriverFact | None, platform: str = "linux",
+                   python_version: str | None = None, machine: str | None = None) -> tuple[GpuBuild, ...]:
+    """One build per kind of GPU, the plan's own first, when no single build has native code for every GPU
+    here; empty when one build serves them all (or there is one kind of GPU)."""
+    joint = _one_build(gpus, driver, platform, python_version, None, None, machine)
+    return _per_gpu(joint, gpus, driver, platform, python_version, machine)
+
+
+def _one_build(gpus: Sequence[GpuInput], driver: DriverFact | None, platform: str, python_version: str | None,
+               release: str | None, cuda: str | None, machine: str | None) -> InstallPlan:
+    """The one build for every GPU (the planner before it considers a build per GPU)."""
     check_platform(platform)
     wanted = normalize_cuda(cuda)
     releases = _torch_candidates(release, python_version)
@@ -110,6 +160,86 @@ def choose_torch(gpus: Sequence[GpuInput], driver: DriverFact | None, platform: 
     if wanted is not None:
         releases = _with_cuda(releases, wanted, explicit=release is not None)
     return _plan_torch(query, releases, _torch_warnings(visible, platform))
+
+
+def _kinds(gpus: Sequence[GpuInput]) -> list[tuple[GpuInput, tuple[int, ...]]]:
+    """Each kind of GPU once (name and compute capability), with the indexes of the GPUs of that kind."""
+    kinds: dict[TargetGpu, tuple[GpuInput, tuple[int, ...]]] = {}
+    for gpu in gpus:
+        key = target_gpus([gpu])[0]
+        first, indexes = kinds.get(key, (gpu, ()))
+        kinds[key] = (first, (*indexes, gpu.index) if isinstance(gpu, GpuFact) else indexes)
+    return list(kinds.values())
+
+
+def _native_everywhere(plan: InstallPlan, gpus: Sequence[TargetGpu], platform: str, machine: str | None) -> bool:
+    """Whether the plan's build has native code (SASS) for every GPU; True where gpufly cannot tell (an unknown
+    architecture list or compute capability), so that it splits only on what it knows."""
+    if not plan.uses_gpu or plan.release is None or plan.variant is None:
+        return False
+    arches = torch_release(plan.release).variant(plan.variant).arches(platform, machine)
+    if arches is None:
+        return True
+    matches = [matching_arch(g.cc, arches) for g in gpus if g.cc]
+    return all(match is not None and match[0] == "sass" for match in matches)
+
+
+def _per_gpu(joint: InstallPlan, gpus: Sequence[GpuInput], driver: DriverFact | None, platform: str,
+             python_version: str | None, machine: str | None) -> tuple[GpuBuild, ...]:
+    """A build per kind of GPU when the joint plan has no native code for one of them and the GPUs' own
+    builds differ; the newest GPU with a build that runs today first."""
+    kinds = [(gpu, indexes) for gpu, indexes in _kinds(gpus) if target_gpus([gpu])[0].cc]
+    if len(kinds) < 2 or _native_everywhere(joint, target_gpus(gpus), platform, machine):
+        return ()
+    builds = [GpuBuild(target_gpus([gpu])[0], indexes,
+                       _one_build([gpu], driver, platform, python_version, None, None, machine))
+              for gpu, indexes in kinds]
+    if len({(b.plan.release, b.plan.variant, b.plan.command) for b in builds}) == 1:
+        return ()
+    return tuple(sorted(builds, key=_build_rank, reverse=True))
+
+
+def _build_rank(build: GpuBuild) -> tuple[bool, tuple[int, int]]:
+    """A build that runs on this driver today first, then the newest GPU: the card a job would be run on."""
+    return build.plan.uses_gpu, parse_compute_capability(build.gpu.cc or "0.0")
+
+
+def _jit_phrase(plan: InstallPlan, gpus: Sequence[TargetGpu], platform: str, machine: str | None) -> str:
+    """ "the NVIDIA GeForce RTX 5090 (12.0) only as PTX (compute_90) that the driver JIT-compiles on first use":
+    how a joint build reaches the GPUs it has no native code for."""
+    arches = torch_release(plan.release or "").variant(plan.variant or "").arches(platform, machine) or ()
+    jit = [(g, matching_arch(g.cc, arches)) for g in gpus if g.cc]
+    parts = [f"the {g.label} only as PTX ({match[1]}) that the driver JIT-compiles on first use"
+             for g, match in jit if match and match[0] == "ptx"]
+    return " and ".join(parts)
+
+
+def _split_plan(joint: InstallPlan, builds: Sequence[GpuBuild], platform: str, machine: str | None) -> InstallPlan:
+    """The plan for a machine whose GPUs need different builds: the first build's command, the others as
+    alternatives, CUDA_VISIBLE_DEVICES to choose, and a joint build that JIT-compiles for a GPU only as a
+    labelled alternative."""
+    first, others = builds[0], builds[1:]
+    plan = first.plan
+    everyone = ", ".join(b.label for b in builds)
+    reason = (f"no torch build has native code for every GPU here ({everyone}), so one process can use only one "
+              f"kind: one build per GPU. For the {first.label}: {plan.reason}")
+    steps = [f"run jobs for the {first.label} with {first.select}, so that CUDA sees only it"]
+    steps += [f"for the {b.label}, in another virtual environment: {b.plan.command or b.plan.advice}, run with "
+              f"{b.select}" for b in others]
+    advice = "; ".join([*([plan.advice] if plan.advice else []), *steps])
+    alternatives = [Alternative(b.plan.command, f"for the {b.label}: {b.plan.reason}; run with {b.select}")
+                    for b in others if b.plan.command]
+    if joint.uses_gpu and joint.command:
+        jit = _jit_phrase(joint, [b.gpu for b in builds], platform, machine)
+        alternatives.append(Alternative(joint.command, f"torch {joint.release} {joint.variant} has code for every "
+                                        f"GPU, but runs on {jit}: a slow first start (each kernel compiled at "
+                                        "run time) and code tuned for an older GPU"))
+    hidden = [f"with this build the {b.label} cannot run CUDA code (\"no kernel image is available for execution on "
+              "the device\") unless CUDA_VISIBLE_DEVICES hides it" for b in others
+              if b.plan.variant != plan.variant or b.plan.release != plan.release]
+    own = tuple(replace(alt, why=f"for the {first.label}: {alt.why}") for alt in plan.alternatives)
+    return replace(plan, reason=reason, advice=advice, warnings=(*hidden, *plan.warnings),
+                   alternatives=(*alternatives, *own))
 
 
 def _torch_warnings(gpus: Sequence[TargetGpu], platform: str) -> tuple[str, ...]:
@@ -185,9 +315,19 @@ def _fits(release: TorchRelease, query: _TorchQuery) -> tuple[list[_Fit], list[_
     return covering, unknown, rejected
 
 
+def _jit_gpus(fit: _Fit, query: _TorchQuery) -> list[TargetGpu]:
+    """The GPUs that would run the build only from PTX, JIT-compiled by the driver."""
+    known = [g for g in query.gpus if g.cc]
+    return [gpu for gpu, entry in zip(known, fit.matches, strict=False) if entry.startswith("compute_")]
+
+
 def _runnable(fits: Sequence[_Fit], query: _TorchQuery) -> tuple[list[_Fit], list[_Fit], list[str]]:
     """The fits this driver runs with the full feature set, those it runs by minor-version compatibility, and why
-    the rest are out."""
+    the rest are out.
+
+    Minor-version compatibility runs a build of a newer CUDA minor only on GPUs it has native code (SASS) for:
+    the older driver cannot JIT-compile PTX made by the newer toolkit (NVIDIA's CUDA Compatibility guide).
+    """
     native: list[_Fit] = []
     compat: list[_Fit] = []
     rejected: list[str] = []
@@ -196,11 +336,26 @@ def _runnable(fits: Sequence[_Fit], query: _TorchQuery) -> tuple[list[_Fit], lis
         if not driver_supports(query.version, cuda, query.platform):
             rejected.append(f"{fit.variant.name}: needs driver >= {min_driver_for(cuda, query.platform)}, this one "
                             f"is {query.version}")
-        elif driver_runs_natively(query.version, cuda, query.platform, query.driver_cuda):
+        elif not runs_by_minor_compat(query.version, cuda, query.platform, query.driver_cuda):
             native.append(fit)
+        elif jit := _jit_gpus(fit, query):
+            rejected.append(f"{fit.variant.name}: driver {query.version} runs CUDA {cuda} only through minor-version "
+                            f"compatibility, which cannot JIT-compile the build's PTX for {labels(jit)} "
+                            f"({minor_compat().ptx_error})")
         else:
             compat.append(fit)
     return native, compat, rejected
+
+
+def _compat_note(query: _TorchQuery, fit: _Fit) -> str:
+    """The caveat of a build the driver runs only through minor-version compatibility."""
+    cuda = fit.variant.cuda
+    shipped = toolkit_driver(cuda, query.platform)
+    full = f"a driver >= {shipped}" if shipped else f"a driver that reports CUDA {cuda} or newer"
+    native_code = (f"it has native code for {_gpu_phrase(query.gpus, fit)}, so no PTX JIT is needed; "
+                   if fit.matches else "")
+    return (f"driver {query.version} runs CUDA {cuda} only through minor-version compatibility (NVIDIA's CUDA "
+            f"Compatibility guide): {native_code}{minor_compat().caveat}; {full} runs it natively")
 
 
 def _newest(fits: Sequence[_Fit]) -> _Fit:
@@ -272,19 +427,19 @@ def _torch_driver_choice(query: _TorchQuery, candidate: _Candidate, warnings: tu
     rejected = (*rejected, *too_new)
     if not native and not compat:
         return _driver_too_old(query, candidate, warnings, rejected)
-    release, fit = candidate.release, _newest(native or compat)
+    release, fit = candidate.release, _newest([*native, *compat])
     variant = fit.variant
     notes = list(warnings)
     mode = "natively"
-    if not native:
+    others: tuple[Alternative, ...] = ()
+    if fit not in native:
         mode = "through minor-version compatibility"
-        shipped = toolkit_driver(variant.cuda, query.platform)
-        full = "" if shipped is None else f"; a driver >= {shipped} runs it natively"
-        notes.append(f"driver {query.version} runs CUDA {variant.cuda} only through minor-version compatibility: "
-                     f"limited feature set, PTX JIT may fail{full}")
-    if native and compat and cuda_key(_newest(compat).variant.cuda) > cuda_key(variant.cuda):
-        rejected = (*rejected, f"{_newest(compat).variant.name}: driver {query.version} runs it only through "
-                               f"minor-version compatibility; {variant.name} runs natively")
+        notes.append(_compat_note(query, fit))
+        if native:
+            older = _newest(native).variant
+            others = (Alternative(_torch_command(release, older.name, query.platform),
+                                  f"torch {release.release} {older.name}, which driver {query.version} runs natively "
+                                  "(CUDA's full feature set)"),)
     if variant.status == "experimental":
         notes.append(f"{variant.name} is marked experimental for torch {release.release} in PyTorch's release "
                      "matrix")
@@ -293,7 +448,7 @@ def _torch_driver_choice(query: _TorchQuery, candidate: _Candidate, warnings: tu
               f"with code for {_gpu_phrase(query.gpus, fit)} that driver {query.version} runs {mode}")
     return InstallPlan("torch", _torch_command(release, variant.name, query.platform), reason, variant=variant.name,
                        release=release.release, cuda=variant.cuda, verify=TORCH_VERIFY, warnings=tuple(notes),
-                       rejected=rejected)
+                       alternatives=others, rejected=rejected)
 
 
 def _cheapest(fits: Sequence[_Fit], platform: str) -> _Fit:
@@ -308,7 +463,8 @@ def _torch_fallback(query: _TorchQuery, releases: Sequence[TorchRelease]) -> tup
         covering, _, _ = _fits(release, query)
         native, compat, _ = _runnable(covering, query)
         if native or compat:
-            return release, _newest(native or compat), bool(native)
+            fit = _newest([*native, *compat])
+            return release, fit, fit in native
     return None
 
 
@@ -350,8 +506,7 @@ def _driver_too_old(query: _TorchQuery, candidate: _Candidate, warnings: tuple[s
                            alternatives=tuple(later[1:]), rejected=rejected)
     old_release, fit, native = fallback
     if not native:
-        notes.append(f"driver {version} runs CUDA {fit.variant.cuda} only through minor-version compatibility: "
-                     "limited feature set, PTX JIT may fail")
+        notes.append(_compat_note(query, fit))
     return InstallPlan("torch", _torch_command(old_release, fit.variant.name, platform),
                        f"{reason}, or keep it with torch {old_release.release} {fit.variant.name} "
                        f"({_gpu_phrase(query.gpus, fit)})",
