@@ -26,8 +26,9 @@ SRC = Path(__file__).parent.parent / "src" / "gpufly"
 UI = ("typer", "rich", "textual", "gpufly.cli")
 HEAVY = ("torch", "transformers", "matplotlib", "tensorflow", "jax")
 OPTIONAL = ("textual", "prometheus_client", "matplotlib", "gguf", "torch", "transformers")
-BASE = frozenset({"errors", "records", "jsonfile", "loading", "extras"})
-"""Root modules every layer may use: the error type, the record loader, file writing, the function loader."""
+BASE = frozenset({"errors", "records", "jsonfile", "loading", "extras", "palette"})
+"""Root modules every layer may use: the error type, the record loader, file writing, the function loader, the
+chart colours."""
 ENTRY = frozenset({"__init__", "__main__"})
 """The package root (``gpufly.Profiler`` and ``gpufly.apply``, loaded on first use) and ``python -m gpufly``:
 above every stage, and importable by all (``from gpufly import __version__``)."""

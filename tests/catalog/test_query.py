@@ -6,7 +6,7 @@ from dataclasses import fields as dataclass_fields
 
 import pytest
 
-from gpufly.catalog.query import METRICS, Filters, metric, rank, select
+from gpufly.catalog.query import METRICS, Filters, by_generation, metric, rank, select
 from gpufly.catalog.spec import GpuSpec, peak_matmul_tflops
 from gpufly.errors import GpuflyError
 
@@ -34,6 +34,14 @@ def test_derived_ratios_follow_their_formulas() -> None:
     assert CHEAP.derived["gbps_per_usd"] == pytest.approx(900 / 400)
     assert CHEAP.derived["vram_gib_per_usd"] == pytest.approx(12 / 400)
     assert BIG.derived["tflops_per_usd"] is None, "no price published, no ratio invented"
+
+
+def test_price_ratios_are_ranked_and_shown_per_thousand_dollars() -> None:
+    per_thousand = METRICS["tflops_per_usd"]
+    assert per_thousand(CHEAP) == pytest.approx(1000 * 40 / 400) and per_thousand.unit == "TFLOPS/$1k"
+    assert METRICS["gbps_per_usd"](CHEAP) == pytest.approx(1000 * 900 / 400)
+    assert METRICS["vram_gib_per_usd"].unit == "GiB per $1k"
+    assert per_thousand(BIG) is None
 
 
 def test_peak_rate_takes_fp32_where_half_precision_is_slow() -> None:
@@ -102,3 +110,27 @@ def test_every_numeric_field_is_sortable() -> None:
     wide, narrow = make("wide", pcie_lanes=16), make("narrow", pcie_lanes=8)
     assert rank([narrow, wide], metric("pcie_lanes")) == [wide, narrow]
     assert metric("pcie_lanes").label == "PCIe lanes"
+
+
+def test_the_default_order_is_newest_architecture_first_then_the_16_bit_rate() -> None:
+    blackwell = make("b200", architecture="Blackwell", launch_year=2024, fp16_tensor_tflops=2250)
+    blackwell_slow = make("rtx-5050", architecture="Blackwell", launch_year=2025, fp16_tensor_tflops=26)
+    blackwell_unrated = make("gb10", architecture="Blackwell", launch_year=2025)
+    hopper = make("h100", architecture="Hopper", launch_year=2022, fp16_tensor_tflops=989)
+    ada = make("rtx-4090", architecture="Ada Lovelace", launch_year=2022, fp16_tensor_tflops=165)
+    ampere = make("a100", architecture="Ampere", launch_year=2020, fp16_tensor_tflops=312)
+    pascal = make("gtx-1080", architecture="Pascal", launch_year=2016, fp32_tflops=8.9)
+    shuffled = [pascal, ada, blackwell_unrated, ampere, blackwell_slow, hopper, blackwell]
+    assert by_generation(shuffled) == [blackwell, blackwell_slow, blackwell_unrated, hopper, ada, ampere, pascal], (
+        "the architecture's first year, then its fastest card (Hopper before Ada, both 2022); a card without a "
+        "16-bit rate last in its architecture")
+    assert by_generation(list(reversed(shuffled))) == by_generation(shuffled), "never the file order"
+
+
+def test_a_filter_does_not_move_an_architecture() -> None:
+    early_ampere = make("a100", architecture="Ampere", launch_year=2020, fp16_tensor_tflops=312)
+    late_ampere = make("a800", architecture="Ampere", launch_year=2022, fp16_tensor_tflops=312)
+    ada = make("rtx-4090", architecture="Ada Lovelace", launch_year=2022, fp16_tensor_tflops=165)
+    filtered = [late_ampere, ada]
+    assert by_generation(filtered, catalog=[early_ampere, *filtered]) == [ada, late_ampere], (
+        "Ampere first shipped in 2020, whatever the filter left")

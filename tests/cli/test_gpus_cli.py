@@ -44,6 +44,25 @@ def test_wide_terminals_show_every_column(cli) -> None:
     assert header.split() == ["GPU", "Arch", "GiB", "GB/s", "FP32", "TF32", "FP16", "BF16", "FP8", "INT8", "W", "USD"]
 
 
+def test_by_default_the_newest_architecture_comes_first_then_the_fastest(cli, catalog) -> None:
+    data = json.loads(cli("gpus", "--vendor", "nvidia", "--json").stdout)
+    assert data["sort"] is None and data["order"].startswith("ordered by architecture, newest first")
+    by_id = {spec.id: spec for spec in catalog}
+    architectures = list(dict.fromkeys(gpu["architecture"] for gpu in data["gpus"]))
+    assert architectures == ["Blackwell", "Hopper", "Ada Lovelace", "Ampere", "Turing", "Volta", "Pascal"]
+    hopper = [by_id[gpu["id"]].derived["peak_tflops"] for gpu in data["gpus"] if gpu["architecture"] == "Hopper"]
+    assert hopper == sorted(hopper, reverse=True), "fastest first within an architecture"
+    oldest = json.loads(cli("gpus", "--vendor", "nvidia", "--reverse", "--json").stdout)
+    assert oldest["gpus"] == data["gpus"][::-1] and oldest["order"].endswith(", reversed")
+
+
+def test_the_caption_says_the_order(cli) -> None:
+    words = " ".join(cli("gpus", env={"COLUMNS": "120"}).stdout.split())
+    assert "Ordered by architecture, newest first (by the year it first shipped), then dense FP16/BF16 rate" in words
+    ranked = " ".join(cli("gpus", "--sort", "vram", env={"COLUMNS": "120"}).stdout.split())
+    assert "ranked by memory" in ranked and "Ordered by architecture" not in ranked
+
+
 def test_sort_by_pcie_lanes(cli) -> None:
     data = json.loads(cli("gpus", "--sort", "pcie_lanes", "--json").stdout)
     lanes = [gpu["pcie_lanes"] for gpu in data["gpus"] if gpu["pcie_lanes"] is not None]
@@ -84,6 +103,7 @@ def test_show_prints_every_field_with_sources(cli) -> None:
     assert "NVIDIA GeForce RTX 4090" in result.stdout
     assert "images.nvidia.com" in result.stdout
     assert "82.6 TFLOPS" in result.stdout
+    assert "103.3 TFLOPS/$1k" in result.stdout, "per $1k, as the table and the ladder give it"
 
 
 def test_show_json(cli) -> None:
@@ -147,7 +167,7 @@ def test_the_ladder_marks_derived_bars(cli, tmp_path) -> None:
 
 def test_chart_writes_a_png(cli, tmp_path) -> None:
     path = tmp_path / "ladder.png"
-    result = cli("gpus", "--chart", str(path), "--sort", "bandwidth")
+    result = cli("gpus", "--chart", str(path), "--sort", "bandwidth", "--vendor", "amd")
     assert result.code == 0, result.stderr
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "wrote" in result.stdout
@@ -161,7 +181,8 @@ def test_chart_writes_a_png(cli, tmp_path) -> None:
     (("gpus", "--vendor", "intle"), "error: unknown vendor 'intle'; did you mean intel"),
     (("gpus", "--chart", "ladder.jpg"), "error: cannot draw a chart as '.jpg'"),
     (("gpus", "--frobnicate"), "error: No such option: --frobnicate"),
-    (("gpus", "--chart", "/nonexistent-dir/ladder.png"), "error: cannot write /nonexistent-dir/ladder.png"),
+    (("gpus", "--chart", "/nonexistent-dir/ladder.png", "--vendor", "apple"),
+     "error: cannot write /nonexistent-dir/ladder.png"),
 ])
 def test_bad_input_is_one_error_line_and_exit_2(cli, args, message) -> None:
     result = cli(*args)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpufly.catalog.query import Metric
@@ -11,43 +13,78 @@ from gpufly.catalog.spec import GpuSpec
 from gpufly.errors import GpuflyError
 from gpufly.extras import require
 from gpufly.jsonfile import write_bytes_atomic
+from gpufly.palette import DERIVED_HATCH, architecture_colour, text_colour_on
 
 CHART_SUFFIXES = (".png", ".svg")
-
-# Tableau 10, then its light shades: distinct hues, handed out from the oldest architecture on.
-_PALETTE = (
-    "#4E79A7", "#F28E2B", "#59A14F", "#E15759", "#76B7B2", "#B07AA1", "#EDC948", "#9C755F",
-    "#FF9DA7", "#17BECF", "#A0CBE8", "#FFBE7D", "#8CD17D", "#BAB0AC", "#D37295", "#499894",
-)
+LOG_SPAN = 30
+"""Above this ratio of the largest figure drawn to the smallest, the axis is logarithmic: on a linear axis the
+bottom third of a 2,500-to-2.6 TFLOPS ladder would be slivers a reader cannot compare."""
 
 
 def _format_value(value: float) -> str:
-    if value >= 100:
+    """Three significant figures or more, no ".0" on a whole number (80 GiB, 82.6 TFLOPS, 0.0365 TFLOPS/W)."""
+    if value >= 100 or value == int(value):
         return f"{value:,.0f}"
     if value >= 1:
         return f"{value:.1f}"
     return f"{value:.3g}"
 
 
-def _label_colour(background: str) -> str:
-    """White on dark bars, near-black on light ones (WCAG relative luminance)."""
-    red, green, blue = (int(background[i:i + 2], 16) / 255 for i in (1, 3, 5))
-    return "white" if 0.2126 * red + 0.7152 * green + 0.0722 * blue < 0.6 else "#222222"
+def _plain(text: str) -> str:
+    """``text`` for a matplotlib label: a dollar sign is a dollar, not the start of a formula."""
+    return text.replace("$", r"\$")
 
 
-def _arch_colours(specs: Sequence[GpuSpec]) -> dict[str, str]:
-    by_age = sorted({spec.architecture for spec in specs},
-                    key=lambda arch: min(s.launch_year for s in specs if s.architecture == arch))
-    return {arch: _PALETTE[i % len(_PALETTE)] for i, arch in enumerate(by_age)}
+def _nice_floor(value: float) -> float:
+    """The largest 1, 2 or 5 times a power of ten at or below ``value``: where a log axis starts, on a tick."""
+    decade = 10 ** math.floor(math.log10(value))
+    return max(step * decade for step in (1, 2, 5) if step * decade <= value)
+
+
+def _format_tick(value: float, _position: float = 0.0) -> str:
+    """Tick labels as plain numbers (0.1, 20, 1,000), never powers of ten."""
+    return f"{value:,.0f}" if value >= 1 else f"{value:g}"
+
+
+@dataclass(frozen=True)
+class _Axis:
+    """The value axis: where it starts and ends, linear or logarithmic, and how to step along it."""
+
+    log: bool
+    low: float
+    high: float
+
+    @classmethod
+    def fitting(cls, values: Sequence[float]) -> _Axis:
+        top, bottom = max(values), min(values)
+        if bottom > 0 and top / bottom > LOG_SPAN:
+            low = _nice_floor(bottom / 1.5)  # the shortest bar still reads as a bar
+            return cls(log=True, low=low, high=top * (top / low) ** 0.16)
+        return cls(log=False, low=0.0, high=top * 1.16)
+
+    def shift(self, value: float, fraction: float) -> float:
+        """``value`` moved right by ``fraction`` of the axis' drawn width."""
+        if self.log:
+            return value * (self.high / self.low) ** fraction
+        return value + (self.high - self.low) * fraction
+
+    def share(self, value: float) -> float:
+        """How much of the axis' width a bar reaching ``value`` covers."""
+        if self.log:
+            return math.log(value / self.low) / math.log(self.high / self.low)
+        return (value - self.low) / (self.high - self.low)
 
 
 def draw_ladder(specs: Sequence[GpuSpec], by: Metric, path: Path, source_line: str, derived_mark: str = "≈") -> int:
     """Draw ``specs`` (already ranked best first) as bars of ``by`` into ``path``; return bars drawn.
 
-    GPUs without the figure are left out and counted in the footnote. Each bar carries the card's memory in
-    GiB, the catalog's unit (the vendors' binary "GB"). A figure derived from the architecture's per-SM rate
-    rather than published is hatched, its value carries ``derived_mark``, and the footnote says so. The file
-    type follows the suffix: .png (150 dpi) or .svg.
+    GPUs without the figure are left out and counted in the footnote. Bars take their architecture's colour
+    from ``gpufly.palette`` (the same in every gpufly chart) and the figure in the unit the table shows
+    (``by.unit``); the axis is logarithmic, and says so, when the figures span more than ``LOG_SPAN`` times.
+    Each bar carries the card's memory in GiB, the catalog's unit (the vendors' binary "GB"), unless the
+    ladder is of memory itself, whose figure already says it. A figure derived from the architecture's per-SM
+    rate rather than published is hatched, its value carries ``derived_mark``, and the footnote says so. The
+    file type follows the suffix: .png (150 dpi) or .svg.
     """
     suffix = path.suffix.lower()
     if suffix not in CHART_SUFFIXES:
@@ -64,36 +101,44 @@ def draw_ladder(specs: Sequence[GpuSpec], by: Metric, path: Path, source_line: s
     matplotlib.rcParams["svg.fonttype"] = "none"  # keep SVG text as text: searchable, crisp, small
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
-    colours = _arch_colours(shown)
     values = [float(by(spec) or 0.0) for spec in shown]
-    height = 1.6 + 0.32 * len(shown)
-    fig, ax = plt.subplots(figsize=(11, height), layout="constrained")
-    rows = range(len(shown))
+    axis = _Axis.fitting(values)
+    colours = [architecture_colour(spec.architecture) for spec in shown]
     derived = [spec.is_derived(by.key) for spec in shown]
-    bars = ax.barh(rows, values, color=[colours[s.architecture] for s in shown], height=0.72)
+    fig, ax = plt.subplots(figsize=(11, 1.6 + 0.32 * len(shown)), layout="constrained")
+    rows = range(len(shown))
+    bars = ax.barh(rows, [value - axis.low for value in values], left=axis.low, color=colours, height=0.72)
+    if axis.log:
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_major_formatter(FuncFormatter(_format_tick))
+    ax.set_xlim(axis.low, axis.high)
     for bar, is_derived in zip(bars, derived, strict=True):
         if is_derived:
-            bar.set_hatch("////")
+            bar.set_hatch(DERIVED_HATCH)
             bar.set_edgecolor("white")
     ax.set_yticks(list(rows), [spec.name for spec in shown], fontsize=9)
     ax.set_ylim(len(shown) - 0.4, -0.6)
-    peak = max(values)
-    ax.set_xlim(0, peak * 1.16)
-    for bar, spec, value, is_derived in zip(bars, shown, values, derived, strict=True):
+    memory_labels = by.key != "vram_gib"
+    for bar, spec, value, is_derived, colour in zip(bars, shown, values, derived, colours, strict=True):
         y = bar.get_y() + bar.get_height() / 2
         label = f"{derived_mark}{_format_value(value)}" if is_derived else _format_value(value)
-        ax.text(value + peak * 0.006, y, label, va="center", fontsize=8)
-        inside = bar.get_width() > peak * 0.09
-        ax.text(peak * 0.006 if inside else value + peak * 0.07, y, f"{spec.vram_gib:g} GiB",
-                va="center", fontsize=7, fontweight="bold",
-                color=_label_colour(colours[spec.architecture]) if inside else "#444444")
+        ax.text(axis.shift(value, 0.006), y, label, va="center", fontsize=8)
+        if memory_labels:
+            inside = axis.share(value) > 0.09
+            ax.text(axis.shift(axis.low, 0.006) if inside else axis.shift(value, 0.07), y, f"{spec.vram_gib:g} GiB",
+                    va="center", fontsize=7, fontweight="bold", color=text_colour_on(colour) if inside else "#444444")
     unit = f" ({by.unit})" if by.unit else ""
-    ax.set_xlabel(f"{by.label}{unit}", fontsize=10)
-    ax.set_title(f"GPU ladder: {by.label}{unit}", fontsize=14, fontweight="bold", loc="left")
+    scale = ", log scale" if axis.log else ""
+    ax.set_xlabel(_plain(f"{by.unit or by.label}{scale}"), fontsize=10)  # the title has the label
+    ax.set_title(_plain(f"GPU ladder: {by.label}{unit}"), fontsize=14, fontweight="bold", loc="left")
     ax.grid(axis="x", alpha=0.3)
     ax.spines[["top", "right"]].set_visible(False)
-    ax.legend(handles=[Patch(color=c, label=a) for a, c in colours.items()], title="Architecture",
+    architectures = dict.fromkeys(spec.architecture for spec in shown)
+    ax.legend(handles=[Patch(color=architecture_colour(a), label=a) for a in architectures], title="Architecture",
               loc="lower right", fontsize=8, title_fontsize=9, frameon=False)
     footnote = source_line
     if any(derived):
@@ -107,7 +152,7 @@ def draw_ladder(specs: Sequence[GpuSpec], by: Metric, path: Path, source_line: s
         layout.set(h_pad=0.25)  # type: ignore[call-arg]
     image = io.BytesIO()
     try:
-        fig.savefig(image, format=path.suffix.lower().lstrip("."), dpi=150)
+        fig.savefig(image, format=suffix.lstrip("."), dpi=150)
     finally:
         plt.close(fig)
     write_bytes_atomic(path, image.getvalue(), hint="check that the folder exists and is writable")

@@ -12,7 +12,12 @@ from gpufly.errors import GpuflyError, unknown_choice
 
 @dataclass(frozen=True)
 class Metric:
-    """A number a GPU can be ranked by, with what a chart or table should call it."""
+    """A number a GPU can be ranked by, with what a chart or table should call it.
+
+    Calling a metric gives the figure in ``unit``, the unit every table and chart shows: a ratio to the price
+    is per $1,000 (0.47 TFLOPS per $1k, not 0.00047 per USD), while ``GpuSpec.derived`` and ``--json`` keep it
+    per USD.
+    """
 
     key: str
     label: str
@@ -32,6 +37,14 @@ def _derived(name: str) -> Callable[[GpuSpec], float | None]:
     return lambda spec: spec.derived[name]
 
 
+def _per_thousand_usd(name: str) -> Callable[[GpuSpec], float | None]:
+    def read(spec: GpuSpec) -> float | None:
+        per_usd = spec.derived[name]
+        return None if per_usd is None else per_usd * 1000
+
+    return read
+
+
 def _compute_capability(spec: GpuSpec) -> float | None:
     cc = spec.compute_capability_tuple
     return None if cc is None else cc[0] + cc[1] / 10
@@ -39,10 +52,12 @@ def _compute_capability(spec: GpuSpec) -> float | None:
 
 _DERIVED = (
     Metric("peak_tflops", "Peak dense FP16/BF16 (or FP32) rate", "TFLOPS", _derived("peak_tflops")),
-    Metric("tflops_per_usd", "Peak TFLOPS per launch USD", "TFLOPS/USD", _derived("tflops_per_usd")),
+    Metric("tflops_per_usd", "Peak TFLOPS per $1k of launch price", "TFLOPS/$1k",
+           _per_thousand_usd("tflops_per_usd")),
     Metric("tflops_per_watt", "Peak TFLOPS per watt of board power", "TFLOPS/W", _derived("tflops_per_watt")),
-    Metric("gbps_per_usd", "Memory bandwidth per launch USD", "GB/s per USD", _derived("gbps_per_usd")),
-    Metric("vram_gib_per_usd", "Memory per launch USD", "GiB per USD", _derived("vram_gib_per_usd")),
+    Metric("gbps_per_usd", "Memory bandwidth per $1k of launch price", "GB/s per $1k",
+           _per_thousand_usd("gbps_per_usd")),
+    Metric("vram_gib_per_usd", "Memory per $1k of launch price", "GiB per $1k", _per_thousand_usd("vram_gib_per_usd")),
 )
 
 FIELD_LABELS: dict[str, tuple[str, str]] = {
@@ -183,3 +198,33 @@ def rank(specs: Iterable[GpuSpec], by: Metric, reverse: bool = False) -> list[Gp
     descending = by.higher_is_better != reverse
     known.sort(key=lambda spec: by(spec) or 0.0, reverse=descending)
     return known + unknown
+
+
+GENERATION_ORDER = ("architecture, newest first (by the year it first shipped), then dense FP16/BF16 rate, "
+                    "fastest first")
+"""The default order of `gpufly gpus`, in the words its caption uses."""
+
+
+def by_generation(specs: Iterable[GpuSpec], catalog: Iterable[GpuSpec] = ()) -> list[GpuSpec]:
+    """Newest architecture first, each architecture's GPUs together, fastest first by dense 16-bit rate.
+
+    An architecture's generation is the year its first GPU shipped, read from ``catalog`` (the whole catalog,
+    so that a filter does not move an architecture) and from ``specs``. Architectures that first shipped the
+    same year (Hopper and Ada Lovelace, 2022) go by their fastest GPU; a GPU without a 16-bit rate comes last
+    in its architecture; the name settles the rest, so the order never depends on the file order.
+    """
+    pool = list(specs)
+    peak = METRICS["peak_tflops"]
+    debut: dict[str, int] = {}
+    fastest: dict[str, float] = {}
+    for spec in (*catalog, *pool):
+        arch = spec.architecture
+        debut[arch] = min(debut.get(arch, spec.launch_year), spec.launch_year)
+        fastest[arch] = max(fastest.get(arch, 0.0), peak(spec) or 0.0)
+
+    def key(spec: GpuSpec) -> tuple[int, float, str, bool, float, str]:
+        rate = peak(spec)
+        arch = spec.architecture
+        return -debut[arch], -fastest[arch], arch, rate is None, -(rate or 0.0), spec.name
+
+    return sorted(pool, key=key)

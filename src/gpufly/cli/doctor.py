@@ -83,7 +83,14 @@ def doctor(
         help="Most seconds each framework import may take (default 180: 20, then more while it makes progress)."),
     ] = None,
 ) -> None:
-    """Find what does not fit together in the driver, CUDA and framework stack, and how to fix it."""
+    """Find what does not fit together in the driver, CUDA and framework stack, and how to fix it.
+
+    Examples:
+      gpufly doctor
+      gpufly doctor --deep
+      gpufly doctor --save facts.json
+      gpufly doctor --facts facts.json --json
+    """
     from gpufly.doctor.checks import diagnose, smoke_findings
 
     facts = _facts(facts_file, import_timeout=import_timeout)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from gpufly.catalog import GpuSpec
     from gpufly.catalog.query import Metric
 
-app = typer.Typer(no_args_is_help=False, add_completion=False, help="The GPU catalog and ladder.")
+app = typer.Typer(no_args_is_help=False, add_completion=False)
 
 SCHEMA_VERSION = 1
 _TABLE_METRICS = ("vram_gib", "memory_bandwidth_gbps", "fp32_tflops", "tf32_tensor_tflops",
@@ -41,7 +41,7 @@ _DERIVED_CAPTION = (f"{DERIVED_MARK} = not published; derived from the architect
 def _value(m: Metric, spec: GpuSpec) -> str:
     value = m(spec)
     if value is not None and m.key.endswith("_per_usd"):
-        text = f"{value * 1000:.3g}"
+        text = f"{value:.3g}"
     elif value is not None and m.key == "launch_year":
         return str(int(value))
     elif value is not None and m.key == "compute_capability":
@@ -52,8 +52,6 @@ def _value(m: Metric, spec: GpuSpec) -> str:
 
 
 def _header(m: Metric) -> str:
-    if m.key.endswith("_per_usd"):
-        return f"{m.unit.replace('USD', '$1k')}"
     return _SHORT.get(m.key, m.unit or m.key)
 
 
@@ -65,8 +63,11 @@ the sort column always stay."""
 
 def _build_table(specs: list[GpuSpec], columns: list[Metric], sort: Metric | None, arch: bool,
                  hidden: list[str]) -> Table:
+    from gpufly.catalog.query import GENERATION_ORDER
+
     title = f"{len(specs)} GPUs" + (f", ranked by {sort.label.lower()}" if sort else "")
-    caption = ("Tensor rates dense, TFLOPS (INT8 in TOPS); — = not published nor derivable. "
+    order = "" if sort else f"Ordered by {GENERATION_ORDER} (--sort METRIC ranks by another figure). "
+    caption = (f"{order}Tensor rates dense, TFLOPS (INT8 in TOPS); — = not published nor derivable. "
                "GeForce FP16/BF16/FP8 with FP32 accumulate.")
     if any(spec.is_derived(m.key) for spec in specs for m in columns if m(spec) is not None):
         caption += " " + _DERIVED_CAPTION
@@ -94,7 +95,8 @@ def _table(specs: list[GpuSpec], sort: Metric | None, out: Console) -> Table:
     columns = [METRICS[key] for key in _TABLE_METRICS]
     if sort is not None and sort.key not in _TABLE_METRICS:
         columns.append(sort)
-    arch, hidden = True, []
+    arch = True
+    hidden: list[str] = []
     table = _build_table(specs, columns, sort, arch, hidden)
     unbounded = out.options.update_width(1_000_000)
     for key in _GIVE_WAY:
@@ -113,7 +115,7 @@ def _table(specs: list[GpuSpec], sort: Metric | None, out: Console) -> Table:
 
 
 _SORT_HELP = ("Rank by a field or ratio: vram, bandwidth, fp16, tflops_per_usd, tflops_per_watt, "
-              "gbps_per_usd, vram_gib_per_usd...")
+              "gbps_per_usd, vram_gib_per_usd... Default: newest architecture first, then FP16/BF16 rate.")
 _CHART_HELP = "Draw the ladder of the --sort metric (default peak_tflops) to a .png or .svg."
 _HAS_HELP = "Has tensor support for tf32, fp16, bf16, fp8, fp4 or int8; repeatable."
 
@@ -131,22 +133,36 @@ def gpus(
     ] = None,
     has: Annotated[list[str] | None, typer.Option(help=_HAS_HELP)] = None,
     sort: Annotated[str | None, typer.Option(metavar="METRIC", help=_SORT_HELP)] = None,
-    reverse: Annotated[bool, typer.Option("--reverse", help="Worst first.")] = False,
+    reverse: Annotated[bool, typer.Option("--reverse", help="Worst (or, unsorted, oldest) first.")] = False,
     chart: Annotated[Path | None, typer.Option(metavar="FILE", help=_CHART_HELP)] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """List the GPU catalog: filter, rank, or draw the ladder."""
+    """The GPU catalog and ladder.
+
+    Newest architecture first, then by dense FP16/BF16 rate; --sort ranks by any figure, --chart draws it.
+
+    Examples:
+      gpufly gpus --vendor nvidia --min-vram 24
+      gpufly gpus --sort tflops_per_usd --segment consumer
+      gpufly gpus --chart ladder.png --sort bandwidth
+      gpufly gpus show 4090
+    """
     if ctx.invoked_subcommand is not None:
         return
     from gpufly.catalog import default_catalog
-    from gpufly.catalog.query import METRICS, Filters, metric, rank, select
+    from gpufly.catalog.query import GENERATION_ORDER, METRICS, Filters, by_generation, metric, rank, select
 
     chosen = metric(sort) if sort else None
     filters = Filters(vendor=vendor, arch=arch, segment=segment, min_vram_gib=min_vram,
                       has=tuple(has or ()))
-    specs = select(default_catalog(), filters)
+    catalog = default_catalog()
+    specs = select(catalog, filters)
     if chosen is not None or chart is not None:
         specs = rank(specs, chosen or METRICS["peak_tflops"], reverse=reverse)
+    else:
+        specs = by_generation(specs, catalog)
+        if reverse:
+            specs.reverse()
     if chart is not None:
         from gpufly.catalog.ladder import draw_ladder
 
@@ -156,8 +172,9 @@ def gpus(
         if not json_out:
             console().print(f"wrote {chart} ({drawn} GPUs)")
     if json_out:
-        print_json({"schema_version": SCHEMA_VERSION, "count": len(specs),
-                    "sort": chosen.key if chosen else None, "gpus": [s.to_dict() for s in specs]})
+        order = f"ranked by {chosen.key}" if chosen else f"ordered by {GENERATION_ORDER}"
+        print_json({"schema_version": SCHEMA_VERSION, "count": len(specs), "sort": chosen.key if chosen else None,
+                    "order": order + (", reversed" if reverse else ""), "gpus": [s.to_dict() for s in specs]})
     elif chart is None:
         out = console()
         out.print(_table(specs, chosen, out))
@@ -194,7 +211,12 @@ def show(
     name: Annotated[str, typer.Argument(help="A GPU name, loosely: 4090, 'h100 sxm', a100-80g...")],
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Show one GPU in full, with its sources."""
+    """Show one GPU in full, with its sources.
+
+    Examples:
+      gpufly gpus show 4090
+      gpufly gpus show "h100 sxm" --json
+    """
     from gpufly.catalog import default_catalog
     from gpufly.catalog.query import METRICS
 
@@ -214,7 +236,7 @@ def show(
         table.add_row(label, f"{DERIVED_MARK}{cell} (derived)" if spec.is_derived(attr) else cell)
     for key in ("peak_tflops", "tflops_per_watt", "tflops_per_usd", "gbps_per_usd", "vram_gib_per_usd"):
         m = METRICS[key]
-        value = spec.derived[key]
+        value = m(spec)
         mark = DERIVED_MARK if value is not None and spec.is_derived(key) else ""
         table.add_row(m.label, _cell(value, m.unit) if value is None else f"{mark}{value:.4g} {m.unit}")
     for attr, formula in spec.derivations.items():

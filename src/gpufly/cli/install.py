@@ -133,7 +133,14 @@ def install(
                                                     help="Plan for this machine's saved facts.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Print the exact pip command that installs FRAMEWORK with GPU support for this machine."""
+    """Print the exact pip command that installs FRAMEWORK with GPU support for this machine.
+
+    Examples:
+      gpufly install torch
+      gpufly install torch --tool uv --mirror sjtu
+      gpufly install jax --cuda 12.4
+      gpufly install torch --for ci-facts.json
+    """
     from gpufly.doctor.install import Target, for_tool, platform_of
 
     name = ALIASES.get(framework.lower(), framework.lower())

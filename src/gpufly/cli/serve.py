@@ -28,7 +28,13 @@ def serve(
              "'*' answers any name. Addresses, localhost and this machine's hostnames always are.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the URLs and settings as JSON at start.")] = False,
 ) -> None:
-    """Serve Prometheus metrics (DCGM-exporter names) and a live web dashboard; read-only, until Ctrl-C or SIGTERM."""
+    """Serve Prometheus metrics (DCGM-exporter names) and a live web dashboard; read-only, until Ctrl-C or SIGTERM.
+
+    Examples:
+      gpufly serve
+      gpufly serve --port 9401 --interval 5
+      gpufly serve --host 0.0.0.0 --allow-host gpu-node-1
+    """
     check_interval(interval)
     check_history(history)
     allowed_hosts = tuple(_check_allowed_host(name) for name in allow_host or ())

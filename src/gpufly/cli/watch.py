@@ -95,7 +95,13 @@ def watch(
     replay: Annotated[Path | None, typer.Option(help="Sample a recording instead of this machine.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print each sample as a JSON line.")] = False,
 ) -> None:
-    """Record the GPUs (and host) every interval; each line is flushed, so a kill loses nothing written."""
+    """Record the GPUs (and host) every interval; each line is flushed, so a kill loses nothing written.
+
+    Examples:
+      gpufly watch -o gpus.jsonl
+      gpufly watch --interval 5 -o gpus.csv --rotate 100
+      gpufly watch --count 10 --json
+    """
     check_interval(interval)
     rotate_bytes = check_rotate(rotate)
     _note_unused(output, rotate, as_json)

@@ -12,15 +12,16 @@ from typing import Any
 
 from gpufly.errors import GpuflyError
 from gpufly.jsonfile import write_json_atomic, write_text_atomic
+from gpufly.palette import BLUE, BLUISH_GREEN, NEUTRAL, ORANGE, SKY_BLUE, VERMILLION
 from gpufly.profile.records import ProfileData
 from gpufly.profile.rules import Finding
 
 PARTS: tuple[tuple[str, str, str], ...] = (
-    ("data_wait_s", "data wait", "#e57373"),
-    ("h2d_s", "host→device", "#ffb74d"),
-    ("forward_s", "forward", "#4fc3f7"),
-    ("backward_s", "backward", "#7986cb"),
-    ("optimizer_s", "optimizer", "#81c784"),
+    ("data_wait_s", "data wait", VERMILLION),
+    ("h2d_s", "host→device", ORANGE),
+    ("forward_s", "forward", SKY_BLUE),
+    ("backward_s", "backward", BLUE),
+    ("optimizer_s", "optimizer", BLUISH_GREEN),
 )
 """The step's parts, in the order a step runs; what is left is "other" (Python work, logging, the loss)."""
 
@@ -34,7 +35,7 @@ def breakdown(data: ProfileData) -> list[tuple[str, float, str]]:
             parts.append((label, share, colour))
     rest = 1.0 - sum(share for _, share, _ in parts)
     if rest > 0.005:
-        parts.append(("other", rest, "#90a4ae"))
+        parts.append(("other", rest, NEUTRAL))
     return parts
 
 
@@ -163,13 +164,13 @@ def _step_chart(data: ProfileData, width: int = 900, height: int = 220) -> str:
         kind = "step warmup" if step.warmup else "step"
         tip = f"<title>step {step.index}: {1000 * step.wall_s:.1f} ms{' (warm-up)' if step.warmup else ''}</title>"
         rects.append(f'<rect class="{kind}" x="{x:.2f}" y="{height - total_h:.2f}" width="{max(bar_w - 1, 0.5):.2f}" '
-                     f'height="{total_h - wait_h:.2f}" fill="#4fc3f7" opacity="{opacity}">{tip}</rect>')
+                     f'height="{total_h - wait_h:.2f}" fill="{SKY_BLUE}" opacity="{opacity}">{tip}</rect>')
         rects.append(f'<rect class="wait" x="{x:.2f}" y="{height - wait_h:.2f}" width="{max(bar_w - 1, 0.5):.2f}" '
-                     f'height="{wait_h:.2f}" fill="#e57373" opacity="{opacity}"/>')
+                     f'height="{wait_h:.2f}" fill="{VERMILLION}" opacity="{opacity}"/>')
         if clipped:
             middle, tip_y = x + bar_w / 2, height - room
             rects.append(f'<polygon class="clipped" points="{middle - 4:.2f},{tip_y + 6:.2f} {middle + 4:.2f},'
-                         f'{tip_y + 6:.2f} {middle:.2f},{tip_y - 2:.2f}" fill="#ffb74d">{tip}</polygon>')
+                         f'{tip_y + 6:.2f} {middle:.2f},{tip_y - 2:.2f}" fill="{ORANGE}">{tip}</polygon>')
     clipped_note = "; ▲ longer, clipped" if any(s.wall_s > top for s in steps) else ""
     label = f'<text x="4" y="14" fill="#8a96a3" font-size="12">max {1000 * top:.1f} ms{clipped_note}</text>'
     return (f'<svg id="steps" viewBox="0 0 {width} {height}" width="100%" height="{height}" '

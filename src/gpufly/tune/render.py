@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from gpufly.jsonfile import write_text_atomic
+from gpufly.palette import BAD, GOOD, WARNING
 
-VERDICT_COLOURS = {"ok": "#81c784", "unsafe": "#ffb74d"}
+VERDICT_COLOURS = {"ok": GOOD, "unsafe": WARNING}
 """Bar colours: safe trials green, unsafe amber; failures have no bar."""
 
 
@@ -29,7 +30,7 @@ def speedup_chart(rows: list[dict[str, Any]], best: str | None, width: int = 900
     for i, row in enumerate(measured):
         y = 4 + i * bar_h
         length = row["speedup"] * scale
-        colour = VERDICT_COLOURS.get(row["status"], "#e57373")
+        colour = VERDICT_COLOURS.get(row["status"], BAD)
         mark = " (best)" if row["configuration"] == best else ""
         name = html.escape(row["configuration"][:48] + mark)
         parts.append(f'<text x="{label_w - 8}" y="{y + bar_h - 8}" text-anchor="end">{name}</text>'
