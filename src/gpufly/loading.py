@@ -1,20 +1,33 @@
-"""One loader for the functions a user names on the command line: ``package.module:function`` or ``file.py:function``.
+"""One loader for the functions a user names on the command line: ``package.module:function`` or ``file.py:function``,
+and one way to run them where they cannot take gpufly down.
 
 `gpufly fit`, `gpufly profile` and `gpufly tune` all take such a reference; they resolve it here, so the same
 input gets the same import semantics and the same one-line errors everywhere. A file is imported under a
 private module name registered in ``sys.modules`` (so dataclasses and pickle find its classes), with its own
 folder first on ``sys.path`` (so it imports its neighbours, as ``python file.py`` would); a module is imported
 with the current folder on ``sys.path`` (as ``python -m`` would).
+
+User code can hang, ``sys.exit``, ``os._exit`` or crash the interpreter, so `fit` and `tune` call it through
+``call_in_child``: in a child process of its own session, with a timeout, whose every way out (an answer, an
+error, an exit code, a signal, a hang, an answer that cannot be sent back) becomes a value or one GpuflyError.
+``process_group`` is how such a child (and a tuner trial) is started: a session of its own, so that the whole
+group is killed on a timeout, an exception or a stop signal, and armed to die with gpufly even on a SIGKILL.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import functools
 import hashlib
 import importlib
 import importlib.util
+import os
+import pickle
+import signal
+import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -40,6 +53,19 @@ def split_ref(ref: str) -> tuple[str, str]:
 def is_file_ref(where: str) -> bool:
     """Whether the part before the ':' names a file rather than a module."""
     return where.endswith(".py") or "/" in where or "\\" in where
+
+
+def run_it_yourself(ref: str) -> str:
+    """The shell command that calls the function ``ref`` names, for a hint: where its traceback shows.
+
+    >>> run_it_yourself("pkg.models:build"), run_it_yourself("models/my.py:build")
+    ("python -c 'from pkg.models import build; build()'", "cd models && python -c 'from my import build; build()'")
+    """
+    where, name = split_ref(ref)
+    if not is_file_ref(where):
+        return f"python -c 'from {where} import {name}; {name}()'"
+    path = Path(where)
+    return f"cd {path.parent} && python -c 'from {path.stem} import {name}; {name}()'"
 
 
 def one_line(exc: BaseException) -> str:
@@ -111,3 +137,153 @@ def load_function(ref: str, example: str = "build") -> Callable[..., Any]:
         raise GpuflyError(f"{ref} is not a function (type {type(function).__name__})",
                           hint=f"name a function, e.g. {where}:{example}")
     return function
+
+
+PR_SET_PDEATHSIG = 1
+"""prctl(2)'s option that names the signal the kernel sends a process when the thread that started it ends."""
+CHILD_ENTRY = "from gpufly.loading import serve_child; serve_child()"
+"""What a ``call_in_child`` child runs: ``python -c`` keeps the current folder first on its ``sys.path``."""
+
+
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    """libc's prctl, or None off Linux. Resolved in the parent, so the child only calls it between fork and exec."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def die_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this process when ``parent`` ends, even by SIGKILL, where no handler runs.
+
+    ``PR_SET_PDEATHSIG`` rather than a thread polling ``os.getppid()``: the kernel delivers it, so it holds
+    while the interpreter is busy in C code or not started yet, and it survives ``exec`` (set between fork and
+    exec, it covers a torchrun launcher, which is not gpufly's code). It is not inherited by the process's own
+    children, so each process that must die with its parent asks for itself (a torchrun rank, whose launcher
+    starts it in a session of its own, does in ``gpufly.tune.worker``). If ``parent`` ended before the signal was
+    armed, this process was already handed to another parent and ends now. Off Linux only the check is made.
+    """
+    prctl = _prctl()
+    if prctl is not None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def kill_group(process: subprocess.Popen[Any]) -> None:
+    """SIGKILL ``process``'s whole process group (it leads one: see ``process_group``) and reap it.
+
+    The group outlives its leader while any member does, so this also ends what the leader left running."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    for stream in (process.stdin, process.stdout, process.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+
+
+@contextlib.contextmanager
+def process_group(command: list[str], **popen: Any) -> Iterator[subprocess.Popen[Any]]:
+    """``subprocess.Popen(command, **popen)`` as the leader of a new session, which dies with this process.
+
+    A session of its own, so that Ctrl-C at the terminal reaches gpufly only (which then stops the child itself)
+    and one ``killpg`` ends the child and everything it started; whatever way the block is left (the child done,
+    a timeout, an exception, a stop signal raised in it) the group is killed. The death signal is tied to the
+    thread that starts the child: start it from the thread that waits for it.
+    """
+    _prctl()
+    process = subprocess.Popen(command, start_new_session=True,
+                               preexec_fn=functools.partial(die_with_parent, os.getpid()), **popen)
+    try:
+        yield process
+    finally:
+        kill_group(process)
+
+
+def call_in_child(function: str, arguments: dict[str, Any], what: str, timeout_s: float, hint: str) -> Any:
+    """``function(**arguments)`` in a child process (a gpufly ``module:function`` that runs a user's code), and
+    what it returned; every other way out is one GpuflyError about ``what`` ("the factory m:f") with ``hint``.
+
+    The child's stdout is its answer alone: whatever the user's code prints goes to stderr, so it can never
+    corrupt a ``--json`` document. A GpuflyError raised in the child is raised here as it was.
+    """
+    request = pickle.dumps({"function": function, "arguments": arguments})
+    with process_group([sys.executable, "-c", CHILD_ENTRY], stdin=subprocess.PIPE, stdout=subprocess.PIPE) as child:
+        try:
+            answer, _ = child.communicate(request, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise GpuflyError(f"{what} did not finish within {timeout_s:g} s, and was stopped", hint=hint) from None
+    return _answer(answer, child.returncode, what, hint)
+
+
+def _answer(answer: bytes, returncode: int, what: str, hint: str) -> Any:
+    """The child's reply as a value or a GpuflyError; a child that died before replying, by its exit code."""
+    try:
+        kind, *reply = pickle.loads(answer)
+    except Exception:  # no reply, or a torn one: the child died while writing it
+        if returncode < 0:
+            raise GpuflyError(f"{what} crashed the process it ran in ({_signal_name(-returncode)})",
+                              hint=hint) from None
+        raise GpuflyError(f"{what} ended its process with exit code {returncode} before it answered",
+                          hint=hint) from None
+    if kind == "ok":
+        return reply[0]
+    if kind == "error":
+        message, error_hint, exit_code = reply
+        raise GpuflyError(message, error_hint, exit_code)
+    raise GpuflyError(f"{what} {reply[0]}", hint=hint)
+
+
+def _signal_name(number: int) -> str:
+    """A signal's name for a message.
+
+    >>> _signal_name(11), _signal_name(99)
+    ('SIGSEGV', 'signal 99')
+    """
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def serve_child() -> None:
+    """The child's side of ``call_in_child``: read the request from stdin, answer on the real stdout, exit.
+
+    File descriptor 1 is pointed at stderr before any user code runs (C code and subprocesses that write to
+    it included); the answer goes out on a copy of the original. The process ends with ``os._exit``, so a
+    thread or an ``atexit`` hook the user's code left behind cannot keep it alive after it has answered.
+    """
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    request = pickle.load(sys.stdin.buffer)
+    reply = _run_request(request["function"], request["arguments"])
+    try:
+        data = pickle.dumps(reply)
+    except Exception as exc:
+        data = pickle.dumps(("failed", f"returned what cannot be sent back to gpufly: {one_line(exc)}"))
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    answers.write(data)
+    answers.flush()
+    os._exit(0)
+
+
+def _run_request(function: str, arguments: dict[str, Any]) -> tuple[Any, ...]:
+    """``("ok", value)``, ``("error", message, hint, exit code)`` for a GpuflyError, else ``("failed", what
+    happened)``: an exception, ``sys.exit`` or KeyboardInterrupt raised by the user's code."""
+    module, _, name = function.partition(":")
+    try:
+        return "ok", getattr(importlib.import_module(module), name)(**arguments)
+    except GpuflyError as exc:
+        return "error", exc.message, exc.hint, exc.exit_code
+    except SystemExit as exc:
+        return "failed", f"called sys.exit({exc.code!r})"
+    except BaseException as exc:
+        return "failed", f"raised {one_line(exc)}"

@@ -155,6 +155,20 @@ def test_with_ddp_the_hooks_and_bucket_sizes_are_tried_with_it_and_combined(tmp_
     assert chosen is not None and chosen.knobs == {"ddp": 2, "ddp_hook": "powersgd", "bucket_mb": 5}
 
 
+def test_with_ddp_a_configuration_already_measured_is_never_run_again(tmp_path: Path) -> None:
+    """ddp=2 alone is fastest; the hook's trial (ddp=2 + ddp_hook=fp16) helped less, and combining it with ddp=2
+    gives that very trial again: it is taken from what was measured, not run (nor listed) a second time."""
+    runner = FakeRunner({"ddp": 1.6, "ddp_hook": 0.9, "bucket_mb": 0.9})
+    knobs: dict[str, list[object]] = {"ddp": [2], "ddp_hook": ["fp16", "powersgd"], "bucket_mb": [5, 100]}
+    search = _search(tmp_path, knobs, runner)
+    chosen = search.run()
+    assert runner.calls == ["baseline", "ddp=2", "ddp=2 + ddp_hook=fp16", "ddp=2 + ddp_hook=powersgd",
+                            "ddp=2 + bucket_mb=5", "ddp=2 + bucket_mb=100"]
+    assert len({r.name for r in search.results}) == len(search.results) == len(runner.calls)
+    assert chosen is not None and chosen.knobs == {"ddp": 2}
+    assert len(ResultsLog(tmp_path / "r.jsonl").done()) == len(runner.calls), "each configuration once in the file"
+
+
 def test_fixed_knobs_go_into_every_trial_and_stay_out_of_the_names(tmp_path: Path) -> None:
     runner = FakeRunner({"a": 1.5, "b": 1.2})
     search = _search(tmp_path, {"a": [True], "b": [True]}, runner, fixed={"task": "infer"})

@@ -60,13 +60,28 @@ def test_workload_loading_errors_are_one_line(cli, tmp_path: Path, target: str, 
     ("def make(:\n    pass\n", "has a syntax error: invalid syntax"),
     ("import no_such_module_xyz\ndef make(): pass\n", "No module named 'no_such_module_xyz'"),
     ("def make(options):\n    raise RuntimeError('boom')\n", "failed to build: RuntimeError: boom"),
-], ids=["not-a-workload", "syntax", "importing", "raising"])
+    ("import sys\ndef make(options):\n    sys.exit(9)\n", "make called sys.exit(9)"),
+    ("import os\ndef make(options):\n    os._exit(5)\n", "make ended its process with exit code 5 before it answered"),
+    ("def make(options):\n    raise KeyboardInterrupt\n", "make raised KeyboardInterrupt"),
+    ("import ctypes\ndef make(options):\n    ctypes.string_at(0)\n", "make crashed the process it ran in (SIGSEGV)"),
+    ("import sys\nsys.exit(3)\n", "make called sys.exit(3)"),
+], ids=["not-a-workload", "syntax", "importing", "raising", "sys.exit", "os._exit", "interrupt", "segfault",
+        "exit-on-import"])
 def test_a_broken_workload_file_is_a_two_line_error(cli, tmp_path: Path, source: str, message: str) -> None:  # type: ignore[no-untyped-def]
     broken = tmp_path / "broken.py"
     broken.write_text(source)
     result = cli("tune", f"{broken}:make", "--results", str(tmp_path / "r.jsonl"))
     assert result.code == 2 and message in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 2, result.stderr
+
+
+def test_a_workload_that_hangs_while_it_builds_is_stopped_at_the_trials_timeout(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    hanging = tmp_path / "hanging.py"
+    hanging.write_text("import time\ndef make(options):\n    time.sleep(600)\n")
+    result = cli("tune", f"{hanging}:make", "--timeout", "0.5", "--results", str(tmp_path / "r.jsonl"))
+    assert result.code == 2, result.stderr
+    assert f"the workload {hanging}:make did not finish within 0.5 s, and was stopped" in result.stderr
+    assert "--timeout" in result.stderr and not (tmp_path / "r.jsonl").exists()
 
 
 def test_a_syntax_error_points_at_the_line_and_how_to_see_it(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

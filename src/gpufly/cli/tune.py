@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -66,18 +68,19 @@ def tune(
     from gpufly.tune import ResultsLog, Search, SubprocessRunner, code_for
 
     price_note = None
-    if stages_run:
-        from gpufly.tune.stages import WORKLOAD, stages
+    with _stoppable(results):
+        if stages_run:
+            from gpufly.tune.stages import WORKLOAD, stages
 
-        workload, plan, budget_s = WORKLOAD, stages(ddp or 2), None
-        identity = _identity(torch, cuda, workload, task, steps, mode="stages", ddp=ddp or 2)
-        price_per_hour, price_note = _price(torch, cuda, price_per_hour)
-    else:
-        plan, budget_s = _search_plan(workload, cuda, ddp, task, steps), budget_minutes * 60
-        identity = _identity(torch, cuda, workload, task, steps)
-    run = Search(plan, ResultsLog(results), SubprocessRunner(workload, steps, "cuda" if cuda else "cpu", timeout),
-                 identity=identity, budget_s=budget_s)
-    best = _run_with_progress(run, "stages" if stages_run else "trials", quiet=as_json)
+            workload, plan, budget_s = WORKLOAD, stages(ddp or 2), None
+            identity = _identity(torch, cuda, workload, task, steps, mode="stages", ddp=ddp or 2)
+            price_per_hour, price_note = _price(torch, cuda, price_per_hour)
+        else:
+            plan, budget_s = _search_plan(workload, cuda, ddp, task, steps, timeout), budget_minutes * 60
+            identity = _identity(torch, cuda, workload, task, steps)
+        run = Search(plan, ResultsLog(results), SubprocessRunner(workload, steps, "cuda" if cuda else "cpu", timeout),
+                     identity=identity, budget_s=budget_s)
+        best = _run_with_progress(run, "stages" if stages_run else "trials", quiet=as_json)
     rows = [r.to_dict(price_per_hour) for r in run.results]
     best_row = None if best is None else {"configuration": best.name, "knobs": best.knobs, "speedup": best.speedup,
                                           "code": code_for(best.knobs)}
@@ -99,6 +102,22 @@ def tune(
             console().print(f"speedup chart: {html}", markup=False)
     if best is None:  # the baseline did not run: a script must not read this as a tuned result
         raise typer.Exit(1)
+
+
+@contextlib.contextmanager
+def _stoppable(results: Path) -> Iterator[None]:
+    """SIGTERM and Ctrl-C are a normal stop: the trial running is killed with all its processes and recorded
+    nowhere, so ``--resume`` runs it again and never twice; the exit code is the shell's for the signal."""
+    from gpufly.tune.trial import Stopped, stop_signals
+
+    try:
+        with stop_signals():
+            yield
+    except Stopped as stop:
+        kept = (f"the trials done are kept in {results}; add --resume to go on from them" if results.exists()
+                else "no trial had finished; run it again")
+        raise GpuflyError(f"stopped by {stop}: the trial running, if any, was stopped and not recorded", kept,
+                          exit_code=stop.exit_code) from None
 
 
 def _check_mode(workload: str, stages_run: bool, budget_minutes: float | None, steps: int | None, search: bool,
@@ -161,36 +180,16 @@ def _torch(device: str) -> Any:
     return torch
 
 
-def _search_plan(workload: str, cuda: bool, ddp: int, task: str, steps: int) -> Any:
-    """The generic search over the knobs that apply to this workload, device and task."""
-    from gpufly.tune import GreedyPlan, Target, offered
+def _search_plan(workload: str, cuda: bool, ddp: int, task: str, steps: int, timeout: float) -> Any:
+    """The generic search over the knobs that apply to this workload, device and task; the workload is built in a
+    child process within the trials' --timeout, so a loading error is one line before any trial starts."""
+    from gpufly.tune import GreedyPlan
+    from gpufly.tune.workload import search_space
 
-    built = _build(workload)
-    if task == "infer" and built.batch_sampler_dataset:
+    space = search_space(workload, cuda, task, ddp, timeout)
+    if task == "infer" and space.batch_sampler_dataset:
         raise GpuflyError(INFER_ONE_PROCESS, "tune inference on one process")
-    return GreedyPlan(offered(Target(built, cuda, task, ddp)), fixed={"task": "infer"} if task == "infer" else {},
-                      steps=steps)
-
-
-def _build(workload: str) -> Any:
-    """The workload, built once here so that a loading error is one line before any trial starts."""
-    from gpufly.tune.workload import Workload, build
-
-    try:
-        built = build(workload, {})
-    except GpuflyError:
-        raise
-    except SyntaxError as exc:
-        where = f"{exc.filename}, line {exc.lineno}" if exc.filename else f"line {exc.lineno}"
-        raise GpuflyError(f"the workload {workload} has a syntax error: {exc.msg} ({where})",
-                          f"fix the code there; `python -m py_compile {exc.filename or 'FILE'}` shows it") from None
-    except Exception as exc:
-        raise GpuflyError(f"the workload {workload} failed to build: {type(exc).__name__}: {exc}",
-                          "it must return a gpufly.tune.workload.Workload (see docs/tune.md)") from None
-    if not isinstance(built, Workload):
-        raise GpuflyError(f"the workload {workload} returned {type(built).__name__}, not a Workload",
-                          "it must return gpufly.tune.workload.Workload(model=..., dataset=..., loss=...)")
-    return built
+    return GreedyPlan(space.knobs, fixed={"task": "infer"} if task == "infer" else {}, steps=steps)
 
 
 def _identity(torch: Any, cuda: bool, workload: str, task: str, steps: int, **extra: Any) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """A user's PyTorch model as a ModelSpec, measured without allocating a single weight.
 
-A *factory* is named ``package.module:function`` or ``path/to/file.py:function``. The function
+A *factory* is named ``package.module:function`` or ``path/to/file.py:function``, and is run in a child
+process (``spec_from_factory``), so that nothing it does can end or hang gpufly. The function
 takes no required arguments and returns either
 
 - an ``nn.Module`` with a method ``example_inputs(batch_size: int, device) -> tuple[Tensor, ...]``, or
@@ -243,18 +244,40 @@ def _fake_pass(factory: Callable[[], Any], ref: str, batch_size: int,
         return counter.get_total_flops(), saved.nbytes
 
 
-def spec_from_factory(ref: str, batch_size: int = 1, training: bool = True) -> ModelSpec:
+FACTORY_TIMEOUT_S = 300.0
+"""How long a factory's model may take to build and be measured on meta and fake tensors (seconds): minutes for
+the largest models gpufly has met, which allocate nothing; beyond it a factory is taken to hang."""
+
+
+def spec_from_factory(ref: str, batch_size: int = 1, training: bool = True,
+                      timeout_s: float = FACTORY_TIMEOUT_S) -> ModelSpec:
     """Measure the model a factory builds: exact parameters, forward FLOPs and activation bytes per sample.
+
+    The factory runs in a child process (``gpufly.loading.call_in_child``), so one that hangs, exits, is
+    interrupted or crashes the interpreter is one error line after at most ``timeout_s``, never the end of
+    gpufly; its prints go to stderr. ``training`` and ``batch_size`` are as for ``measure``, which the child runs.
+    """
+    from gpufly.loading import call_in_child, run_it_yourself
+
+    if batch_size < 1:
+        raise GpuflyError(f"batch size must be at least 1, not {batch_size}", hint="for example --batch 8")
+    spec: ModelSpec = call_in_child("gpufly.models.torch_factory:measure",
+                                    {"ref": ref, "batch_size": batch_size, "training": training},
+                                    what=f"the factory {ref}", timeout_s=timeout_s,
+                                    hint=f"run it yourself to see what it does: {run_it_yourself(ref)}")
+    return spec
+
+
+def measure(ref: str, batch_size: int = 1, training: bool = True) -> ModelSpec:
+    """``spec_from_factory`` in this process: what the child runs (and tests call, for speed).
 
     ``training`` puts the module in train mode (dropout, batch-norm statistics) and measures what
     autograd saves; ``training=False`` runs an eval-mode forward only, and leaves the activations None.
     ``batch_size`` is the batch the passes run at; the results are divided by it.
     """
+    factory = _factory_function(ref)  # before torch: a reference that is not there fails fast
     import torch
 
-    if batch_size < 1:
-        raise GpuflyError(f"batch size must be at least 1, not {batch_size}", hint="for example --batch 8")
-    factory = _factory_function(ref)
     with torch.device("meta"):
         module, inputs_fn = _build(factory, ref, "on the meta device")
     module.train(training)

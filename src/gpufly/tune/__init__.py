@@ -8,10 +8,10 @@ package does not import torch.
 from gpufly.tune.knobs import KNOBS, Knob, Target, code_for, offered
 from gpufly.tune.results import ResultsLog, run_identity
 from gpufly.tune.search import GreedyPlan, Search, Stage, StagePlan
-from gpufly.tune.trial import SubprocessRunner, Trial, TrialResult
+from gpufly.tune.trial import Stopped, SubprocessRunner, Trial, TrialResult, stop_signals
 from gpufly.tune.verdict import best, judge
-from gpufly.tune.workload import Workload, WorkloadOption
+from gpufly.tune.workload import SearchSpace, Workload, WorkloadOption, search_space
 
-__all__ = ["KNOBS", "GreedyPlan", "Knob", "ResultsLog", "Search", "Stage", "StagePlan", "SubprocessRunner", "Target",
-           "Trial", "TrialResult", "Workload", "WorkloadOption", "best", "code_for", "judge", "offered",
-           "run_identity"]
+__all__ = ["KNOBS", "GreedyPlan", "Knob", "ResultsLog", "Search", "SearchSpace", "Stage", "StagePlan", "Stopped",
+           "SubprocessRunner", "Target", "Trial", "TrialResult", "Workload", "WorkloadOption", "best", "code_for",
+           "judge", "offered", "run_identity", "search_space", "stop_signals"]

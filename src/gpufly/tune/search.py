@@ -59,6 +59,7 @@ class Search:
     results: list[TrialResult] = field(default_factory=list)
     _started: float = field(init=False, default=0.0)
     _done: dict[str, TrialResult] = field(init=False, default_factory=dict)
+    _measured: dict[str, TrialResult] = field(init=False, default_factory=dict)
 
     def run(self) -> TrialResult | None:
         """Run the plan; the best safe result (the baseline when nothing beat it), None when the baseline failed."""
@@ -70,7 +71,14 @@ class Search:
         return best(self.results)
 
     def measure(self, trial: Trial, baseline: TrialResult | None, stage: str | None = None) -> TrialResult:
-        """The trial's judged result: from the results file when it is there, else run, judged and appended."""
+        """The trial's judged result: from the results file when it is there, else run, judged and appended.
+
+        A configuration this search measured already is not run, listed or reported again, however the plan
+        reached it (a greedy combination can add nothing to a single trial: ``ddp=2`` chosen, then the
+        candidate ``ddp=2 + ddp_hook=fp16`` combines into that very trial); its first result is returned."""
+        earlier = self._measured.get(trial.key)
+        if earlier is not None:
+            return earlier
         result = self._done.get(trial.key)
         if result is None:
             result = judge(self.runner(trial), baseline, self.tolerance, self.metric_tolerance)
@@ -78,6 +86,7 @@ class Search:
             self.log.append(result)
         else:
             result.stage = stage  # a file written before trials recorded their stage
+        self._measured[trial.key] = result
         self.results.append(result)
         if self.on_result is not None:
             self.on_result(result)

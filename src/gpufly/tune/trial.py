@@ -4,21 +4,34 @@ Each trial runs ``python -m gpufly.tune.worker`` (under torchrun for DDP) with a
 error, a compile failure or a hang becomes a recorded result and the search goes on. This module is the
 parent's side: it never imports the worker (nor torch); the request goes out as JSON and one JSON line
 comes back.
+
+A trial's processes never outlive the tuner: the trial leads a session of its own (``gpufly.loading.
+process_group``), killed whole on a timeout, an exception, or a SIGTERM/SIGINT of the tuner (``stop_signals``
+turns those into ``Stopped`` in the search), and each of its processes is armed to be SIGKILLed by the kernel
+when its parent dies, which covers a SIGKILL of the tuner, where no handler runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
+from gpufly.loading import process_group
 from gpufly.tune.knobs import processes
+
+TUNER_PID = "GPUFLY_TUNER_PID"
+"""The environment variable that tells a torchrun rank which process its launcher must belong to."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +125,11 @@ MEASURED = ("throughput", "unit", "peak_memory_bytes", "data_wait_share", "losse
 @dataclass(frozen=True)
 class SubprocessRunner:
     """Runs each trial of ``workload`` in a fresh interpreter (torchrun for DDP) and turns whatever happens there
-    into a TrialResult: the worker's measurement, or an oom, failed or timeout result with the error line."""
+    into a TrialResult: the worker's measurement, or an oom, failed or timeout result with the error line.
+
+    Each trial leads a process group of its own, killed whole when the trial ends, times out, or the runner is
+    left by an exception (``Stopped`` included); call it from the thread that waits for it (the death signal
+    that kills the trial with the tuner is tied to the thread that started it)."""
 
     workload: str
     steps: int = 30
@@ -123,20 +140,56 @@ class SubprocessRunner:
         request = json.dumps({"workload": self.workload, "knobs": trial.knobs, "steps": self.steps,
                               "device": self.device})
         started = time.monotonic()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "GPUFLY_TUNE_REQUEST": request}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "GPUFLY_TUNE_REQUEST": request, TUNER_PID: str(os.getpid())}
         command = [sys.executable, "-m", "gpufly.tune.worker"]
         count = processes(trial.knobs)
         if count > 1:  # DDP: torchrun starts the processes (gloo on CPU, NCCL on GPUs)
             env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS", "1")
             command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={count}",
                        "-m", "gpufly.tune.worker"]
-        try:
-            done = subprocess.run(command, input=request, capture_output=True, text=True, timeout=self.timeout_s,
-                                  env=env, cwd=os.getcwd())
-        except subprocess.TimeoutExpired:
-            return TrialResult(trial.name, trial.knobs, "timeout", error=f"no result within {self.timeout_s:g} s",
-                               seconds=time.monotonic() - started)
-        return outcome(trial, done.returncode, done.stdout, done.stderr, time.monotonic() - started)
+        with process_group(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env=env) as process:
+            try:
+                stdout, stderr = process.communicate(request, timeout=self.timeout_s)
+            except subprocess.TimeoutExpired:  # leaving the block kills the trial's whole group
+                return TrialResult(trial.name, trial.knobs, "timeout",
+                                   error=f"no result within {self.timeout_s:g} s", seconds=time.monotonic() - started)
+        return outcome(trial, process.returncode, stdout, stderr, time.monotonic() - started)
+
+
+class Stopped(BaseException):
+    """SIGTERM or SIGINT arrived while the tuner ran. A BaseException, as KeyboardInterrupt is, so no ``except
+    Exception`` on the way takes it for a failed trial: the running trial's group is killed as it passes
+    (``process_group``) and the search records nothing for that trial."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's code for a process ended by this signal: 143 for SIGTERM, 130 for SIGINT."""
+        return 128 + self.signum
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[None]:
+    """SIGTERM and SIGINT raise ``Stopped`` in the main thread while the block runs (SIGTERM is a normal stop, as
+    for any service); the handlers that were there are put back after. Elsewhere than in the main thread, where
+    Python allows no handler, the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise Stopped(signum)
+
+    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def outcome(trial: Trial, returncode: int, stdout: str, stderr: str, seconds: float) -> TrialResult:

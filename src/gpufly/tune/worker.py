@@ -25,11 +25,48 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpufly.tune.knobs import BatchSize, Configuration, Setup, apply_all, parse
-from gpufly.tune.workload import Workload, build
+from gpufly.errors import GpuflyError
+from gpufly.loading import die_with_parent
+from gpufly.tune.knobs import BatchSize, Configuration, Setup, Target, apply_all, offered, parse
+from gpufly.tune.trial import TUNER_PID
+from gpufly.tune.workload import SearchSpace, Workload, build
 
 if TYPE_CHECKING:
     import torch
+
+
+def search_space(name: str, cuda: bool, task: str, ddp: int) -> SearchSpace:
+    """What the tuner searches on workload ``name``: built here, in the child that
+    ``gpufly.tune.workload.search_space`` starts, so that nothing the workload's code does can end or hang the
+    tuner. Each way the build can fail is one GpuflyError naming the workload."""
+    built = _build(name)
+    knobs = offered(Target(built, cuda, task, ddp))
+    try:
+        json.dumps(knobs)
+    except (TypeError, ValueError) as exc:
+        raise GpuflyError(f"the workload {name} offers option values that are not JSON ({exc})",
+                          "each trial gets its options as JSON: give WorkloadOption values that are numbers, "
+                          "strings, booleans or lists of them") from None
+    return SearchSpace(knobs, built.batch_sampler_dataset)
+
+
+def _build(name: str) -> Workload:
+    """The workload without options, or a GpuflyError that says what is wrong with it."""
+    try:
+        built = build(name, {})
+    except GpuflyError:
+        raise
+    except SyntaxError as exc:
+        where = f"{exc.filename}, line {exc.lineno}" if exc.filename else f"line {exc.lineno}"
+        raise GpuflyError(f"the workload {name} has a syntax error: {exc.msg} ({where})",
+                          f"fix the code there; `python -m py_compile {exc.filename or 'FILE'}` shows it") from None
+    except Exception as exc:
+        raise GpuflyError(f"the workload {name} failed to build: {type(exc).__name__}: {exc}",
+                          "it must return a gpufly.tune.workload.Workload (see docs/tune.md)") from None
+    if not isinstance(built, Workload):
+        raise GpuflyError(f"the workload {name} returned {type(built).__name__}, not a Workload",
+                          "it must return gpufly.tune.workload.Workload(model=..., dataset=..., loss=...)")
+    return built
 
 
 def to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
@@ -335,8 +372,35 @@ def _probe_loss(workload: Workload, model: torch.nn.Module, device: torch.device
     return sum(values) / len(values)
 
 
+def die_with_launcher(tuner: int) -> None:
+    """A torchrun rank: have the kernel SIGKILL it when its launcher dies.
+
+    torchrun starts each rank in a session of its own (``start_new_session`` in torch's SubprocessHandler), so
+    neither the kill of the trial's process group nor the launcher's own death signal reaches a rank; each arms
+    its own. A launcher that is no longer the tuner's child (the tuner died while this rank was starting) is
+    already on its way out, and so is the rank.
+    """
+    launcher = os.getppid()
+    owner = parent_of(launcher)
+    if owner is not None and owner != tuner:
+        os._exit(1)
+    die_with_parent(launcher)
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent of process ``pid`` from /proc (None where there is no /proc to read)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as proc:
+            stat = proc.read()
+    except OSError:
+        return None
+    return int(stat.rpartition(")")[2].split()[1])  # after "pid (name)": state, then the parent's pid
+
+
 def main() -> None:
     """The request comes on stdin, or in GPUFLY_TUNE_REQUEST under torchrun (which does not pass stdin on)."""
+    if "LOCAL_RANK" in os.environ and os.environ.get(TUNER_PID):
+        die_with_launcher(int(os.environ[TUNER_PID]))
     request = json.loads(os.environ.get("GPUFLY_TUNE_REQUEST") or sys.stdin.read())
     result = run(request["workload"], request.get("knobs", {}), int(request.get("steps", 30)), request.get("device"))
     if int(os.environ.get("RANK", "0")) == 0:

@@ -69,6 +69,15 @@ class Workload:
     does not batch, and the factory sizes the batches from ``options["batch_size"]``."""
 
 
+@dataclass(frozen=True)
+class SearchSpace:
+    """What the tuner's own process needs of a workload it never builds itself: the knobs to try on it (name to
+    values, ``gpufly.tune.knobs.offered``) and whether its dataset yields whole batches."""
+
+    knobs: dict[str, list[Any]]
+    batch_sampler_dataset: bool
+
+
 WorkloadFactory = Callable[..., Workload]
 """``factory(options: dict[str, Any]) -> Workload``, or ``factory() -> Workload`` for user code."""
 
@@ -78,13 +87,37 @@ BUILTIN = {name: f"gpufly.tune.workloads.{name}:workload" for name in ("recsys",
 
 def load_factory(name: str) -> WorkloadFactory:
     """The factory a workload name points at, through gpufly's one loader of function references."""
-    from gpufly.errors import GpuflyError
     from gpufly.loading import load_function
+
+    check_name(name)
+    return load_function(BUILTIN.get(name, name), example="workload")
+
+
+def search_space(name: str, cuda: bool, task: str, ddp: int, timeout_s: float) -> SearchSpace:
+    """The search space of workload ``name``, built in a child process (``gpufly.tune.worker.search_space``) within
+    ``timeout_s``, the trials' own limit: a trial builds the workload too, so a build that cannot finish within it
+    could never be measured. A build that raises, exits, hangs or crashes is one GpuflyError, never the tuner's end.
+    """
+    from gpufly.loading import call_in_child
+
+    check_name(name)
+    space: SearchSpace = call_in_child("gpufly.tune.worker:search_space",
+                                       {"name": name, "cuda": cuda, "task": task, "ddp": ddp},
+                                       what=f"the workload {name}", timeout_s=timeout_s,
+                                       hint="it must build within --timeout (every trial builds it too); call it "
+                                            "yourself in python to see what it does")
+    return space
+
+
+def check_name(name: str) -> None:
+    """A workload name that is neither a built-in nor a function reference is refused before anything starts."""
+    from gpufly.errors import GpuflyError
+    from gpufly.loading import split_ref
 
     target = BUILTIN.get(name, name)
     if ":" not in target:
         raise GpuflyError(f"unknown workload {name!r}", f"built in: {', '.join(BUILTIN)}; or module:function")
-    return load_function(target, example="workload")
+    split_ref(target)
 
 
 def build(name: str, options: dict[str, Any]) -> Workload:
