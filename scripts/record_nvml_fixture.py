@@ -74,6 +74,10 @@ READINGS: tuple[Reading, ...] = (
     ("nvmlDeviceGetTotalEccErrors", "ecc_volatile",
      (("corrected", ("NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_VOLATILE_ECC")),
       ("uncorrected", ("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", "NVML_VOLATILE_ECC"))), int),
+    ("nvmlDeviceGetRemappedRows", "remapped_rows", PLAIN,
+     lambda rows: {"correctable": int(rows[0]), "uncorrectable": int(rows[1]), "pending": bool(rows[2]),
+                   "failed": bool(rows[3])}),
+    ("nvmlDeviceGetRetiredPagesPendingStatus", "retired_pages_pending", PLAIN, int),
 )
 """Every per-GPU reading of the reader, with the fixture key (and parts) its answers fill."""
 

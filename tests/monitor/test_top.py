@@ -9,12 +9,15 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from rich.cells import cell_len
+from textual.widgets import DataTable, Static
 
-from gpufly.hw import FIXTURE_ENV, HostSample
+from gpufly.hw import FIXTURE_ENV, GpuSample, HostSample
 from gpufly.monitor.backends.replay import ReplayBackend
 from gpufly.monitor.sample import Snapshot
-from gpufly.monitor.tui import GpuPanel, HelpScreen, TopApp
-from gpufly.monitor.views import ProcessView, bar, once_lines, sparkline
+from gpufly.monitor.sampler import History
+from gpufly.monitor.tui import SPARKLINES, GpuPanel, HelpScreen, TopApp, compact_gpu_lines, spark_lines
+from gpufly.monitor.views import SPARK_LEVELS, ProcessView, bar, once_lines, sparkline
 from tests.fakes.nvml import FIXTURES, nvml_env
 
 RECORDING = Path(__file__).parent.parent / "fixtures" / "monitor" / "two_gpus.jsonl"
@@ -55,9 +58,9 @@ def test_bars_fill_in_eighths() -> None:
     assert len(bar(0.33, 20)) == 20
 
 
-def _run(app: TopApp, script: Callable[..., Awaitable[None]]) -> None:
+def _run(app: TopApp, script: Callable[..., Awaitable[None]], size: tuple[int, int] = (180, 70)) -> None:
     async def main() -> None:
-        async with app.run_test(size=(180, 70)) as pilot:
+        async with app.run_test(size=size) as pilot:
             await pilot.pause()
             await script(pilot)
 
@@ -122,6 +125,83 @@ def test_a_lost_gpu_is_shown_lost_while_the_other_goes_on_and_sparklines_fill() 
         assert len(power) == 40 and len(power.strip()) == 16, "one cell per sample taken"
 
     _run(app, script)
+
+
+def _panel_lines(app: TopApp) -> list[tuple[str, int]]:
+    """Each line the GPU panels and the host panel draw, with the width its widget gives it."""
+    statics = [*app.query("GpuPanel Static").results(Static), app.query_one("#host", Static)]
+    return [(line, static.content_region.width) for static in statics if static.display
+            for line in str(static.render()).splitlines()]
+
+
+def _assert_fits(app: TopApp, width: int, height: int) -> None:
+    table = app.query_one("#processes", DataTable)
+    assert table.region.height >= 1 + len(BY_MEMORY), "the header and every process row are on screen"
+    assert table.region.y >= 0 and table.region.bottom <= height - 1, "above the footer"
+    lines = _panel_lines(app)
+    assert lines and all(cell_len(line) <= min(room, width) for line, room in lines), [
+        line for line, room in lines if cell_len(line) > min(room, width)]
+    sparks = [line for line, _ in lines if set(line) & set(SPARK_LEVELS[1:])]
+    assert sparks, "the history is drawn"
+
+
+@pytest.mark.parametrize(("size", "compact"), [((80, 24), True), ((120, 40), False)])
+def test_the_screen_fits_the_terminal_with_the_process_table_always_visible(size: tuple[int, int],
+                                                                            compact: bool) -> None:
+    app = TopApp(_replay_at(60), interval=0.5, autostart=False)
+
+    async def script(pilot) -> None:  # type: ignore[no-untyped-def]
+        for _ in range(12):
+            app.step()
+        await pilot.pause()
+        assert app.compact is compact and app.screen.has_class("compact") is compact
+        _assert_fits(app, *size)
+        h100 = str(app.query_one("#gpu-0-text").render()).splitlines()
+        if compact:
+            assert len(h100) == 2, "two lines per GPU"
+            assert h100[0].startswith("GPU 0 NVIDIA H100") and "mem" in h100[0]
+            assert "HEALTHY" in h100[1] and "power cap" in h100[1] and "util" in h100[1]
+        else:
+            assert h100[0].startswith("GPU 0  NVIDIA H100 80GB HBM3")
+            assert str(app.query_one("#gpu-0-history").render()).startswith("util ")
+
+    _run(app, script, size)
+
+
+def test_resizing_switches_the_layout() -> None:
+    app = TopApp(_replay_at(60), interval=0.5, autostart=False)
+
+    async def script(pilot) -> None:  # type: ignore[no-untyped-def]
+        app.step()
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        assert app.compact and len(str(app.query_one("#gpu-0-text").render()).splitlines()) == 2
+        _assert_fits(app, 80, 24)
+        await pilot.resize_terminal(120, 40)
+        await pilot.pause()
+        assert not app.compact
+        _assert_fits(app, 120, 40)
+
+    _run(app, script, (120, 40))
+
+
+def test_full_sparklines_shrink_to_the_width_they_have() -> None:
+    history_app = TopApp(_replay_at(60), autostart=False)
+    for _ in range(50):
+        history_app.sampler.sample_once()
+    gpu = history_app.history.latest.gpus[0]  # type: ignore[union-attr]
+    for width in (60, 100, 160, 400):
+        line = spark_lines(gpu, history_app.history, width)
+        assert cell_len(line) <= width and [label for _, label in SPARKLINES if f"{label} " in line]
+
+
+def test_a_compact_gpu_line_is_cut_to_the_width_never_wrapped() -> None:
+    lost = GpuSample(index=3, name="NVIDIA H100 80GB HBM3", lost=True, unavailable="fallen off the bus")
+    assert compact_gpu_lines(lost, History(capacity=4), 40) == ["GPU 3 NVIDIA H100 80GB HBM3 LOST: falle…"]
+    idle = GpuSample(index=0, name="NVIDIA GeForce RTX 4090 with a very long board name", utilization_gpu_percent=5.0)
+    lines = compact_gpu_lines(idle, History(capacity=4), 60)
+    assert len(lines) == 2 and all(cell_len(line) <= 60 for line in lines)
+    assert lines[0].startswith("GPU 0 NVIDIA GeFo…  util ") and lines[0].endswith("mem ········ N/A/N/A")
 
 
 class _NoGpu:

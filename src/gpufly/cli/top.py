@@ -29,7 +29,16 @@ def top(
     history: Annotated[int | None, typer.Option(show_default=False, help="Samples of history kept for the "
                                                 f"sparklines. Default: {HISTORY}.")] = None,
 ) -> None:
-    """Watch the GPUs, their processes and the host live; keys: m/u/p sort, / filter, ? help, q quit."""
+    """Watch the GPUs, their processes and the host live; keys: m/u/p sort, / filter, ? help, q quit.
+
+    On a small terminal (80x24) the screen turns compact, two lines per GPU, to keep the process table in view.
+
+    Examples:
+      gpufly top
+      gpufly top --interval 0.5
+      gpufly top --once --json
+      gpufly top --replay run.jsonl
+    """
     _note_unused(once, interval, history)
     interval = INTERVAL_S if interval is None else interval
     history = HISTORY if history is None else history

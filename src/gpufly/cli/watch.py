@@ -41,11 +41,19 @@ def _line(snapshot: Snapshot) -> str:
     return f"{stamp}  " + "  ".join(parts)
 
 
-def _print_json(snapshot: Snapshot) -> None:
+def _json_printer() -> Listener:
+    """Print each sample as a JSONL line, judged by a ``HealthWatch`` that sees every sample (rules that need a
+    sustained condition read the last few)."""
+    from gpufly.monitor.health import HealthWatch
     from gpufly.monitor.logger import jsonl_lines
 
-    sys.stdout.write(jsonl_lines(snapshot)[0])
-    sys.stdout.flush()
+    health = HealthWatch()
+
+    def print_json(snapshot: Snapshot) -> None:
+        sys.stdout.write(jsonl_lines(snapshot, health.update(snapshot))[0])
+        sys.stdout.flush()
+
+    return print_json
 
 
 def _print_line(snapshot: Snapshot) -> None:
@@ -111,7 +119,7 @@ def watch(
 
     log = SampleLog(output, rotate_bytes=rotate_bytes) if output else None
     backend = open_backend(replay, loop=True)
-    write: Listener = log.write if log is not None else _print_json if as_json else _print_line
+    write: Listener = log.write if log is not None else _json_printer() if as_json else _print_line
     try:
         with StopSignals() as signals:
             sampler = Sampler(backend, interval=interval, history=History(capacity=2),

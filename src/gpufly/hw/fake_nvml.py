@@ -306,6 +306,15 @@ class FakePynvml:
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Handle) -> int:
         return self._field(handle, "nvmlDeviceGetCurrentClocksEventReasons", "clocks_event_reasons")
 
+    def nvmlDeviceGetRemappedRows(self, handle: Handle) -> tuple[int, int, int, int]:
+        """Fixture key ``remapped_rows``: ``{"correctable": 0, "uncorrectable": 1, "pending": true, "failed": false}``
+        (NVML answers the four in this order)."""
+        rows = self._field(handle, "nvmlDeviceGetRemappedRows", "remapped_rows")
+        return rows["correctable"], rows["uncorrectable"], int(rows["pending"]), int(rows["failed"])
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: Handle) -> int:
+        return int(self._field(handle, "nvmlDeviceGetRetiredPagesPendingStatus", "retired_pages_pending"))
+
     def nvmlDeviceGetTotalEccErrors(self, handle: Handle, error_type: int, counter: int) -> int:
         key = "corrected" if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else "uncorrected"
         return self._part(handle, "nvmlDeviceGetTotalEccErrors", "ecc_volatile", key)

@@ -219,6 +219,18 @@ class GpuSample:
         "nvmlDeviceGetTotalEccErrors", args=("NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_VOLATILE_ECC"), convert=count)
     ecc_uncorrected_volatile: int | None = nvml(
         "nvmlDeviceGetTotalEccErrors", args=("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", "NVML_VOLATILE_ECC"), convert=count)
+    remapped_rows_pending: bool | None = nvml("nvmlDeviceGetRemappedRows", convert=lambda rows: bool(rows[2]))
+    """A row remapping waits for the next GPU reset (Ampere and newer; NVML answers corrected, uncorrected,
+    pending, failed)."""
+    remapped_rows_failed: bool | None = nvml("nvmlDeviceGetRemappedRows", convert=lambda rows: bool(rows[3]))
+    """A row remapping has failed at some point: NVIDIA's replacement criterion."""
+    retired_pages_pending: bool | None = nvml("nvmlDeviceGetRetiredPagesPendingStatus", convert=enabled)
+    """Pages wait to be retired at the next driver load (dynamic page retirement, cards before Ampere)."""
+    pcie_gen_current: int | None = nvml("nvmlDeviceGetCurrPcieLinkGeneration", convert=count)
+    """Read every sample: an idle GPU lowers its link generation and width to save power."""
+    pcie_gen_max: int | None = None
+    pcie_width_current: int | None = nvml("nvmlDeviceGetCurrPcieLinkWidth", convert=count)
+    pcie_width_max: int | None = None
     mig_enabled: bool | None = nvml("nvmlDeviceGetMigMode", convert=enabled)
     mig: list[MigSample] = field(default_factory=list)
     processes: list[ProcessSample] = field(default_factory=list)
@@ -248,7 +260,7 @@ class GpuSample:
 
 
 STATIC_IN_SAMPLE: tuple[str, ...] = ("name", "uuid", "pci_bus_id", "minor_number", "sm_clock_max_mhz",
-                                     "memory_clock_max_mhz")
+                                     "memory_clock_max_mhz", "pcie_gen_max", "pcie_width_max")
 """The ``GpuDevice`` facts every sample carries (read once per GPU, not once per sample)."""
 
 

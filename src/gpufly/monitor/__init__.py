@@ -14,6 +14,7 @@ neither library.
 
 from gpufly.monitor.backends.live import LiveBackend
 from gpufly.monitor.backends.replay import ReplayBackend, read_recording
+from gpufly.monitor.health import Health, HealthWatch, Level, assess
 from gpufly.monitor.logger import SampleLog
 from gpufly.monitor.metrics import GPU_METRICS, GpuMetric
 from gpufly.monitor.sample import SCHEMA_VERSION, Snapshot
@@ -24,12 +25,16 @@ __all__ = [
     "SCHEMA_VERSION",
     "Backend",
     "GpuMetric",
+    "Health",
+    "HealthWatch",
     "History",
+    "Level",
     "LiveBackend",
     "ReplayBackend",
     "SampleLog",
     "Sampler",
     "Snapshot",
+    "assess",
     "open_backend",
     "read_recording",
 ]

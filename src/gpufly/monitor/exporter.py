@@ -10,6 +10,10 @@ keep working. Everything else is ``gpufly_*`` in Prometheus base units (bytes, s
 A field that is None (the card does not report it, or the GPU is lost) is left out for that GPU,
 never written as 0: a 0 would draw a real-looking line on a chart and fire no alert.
 
+``gpufly_gpu_health`` is each GPU's verdict (``gpufly.monitor.health``: 0 healthy, 1 degraded, 2 failing), one
+series per GPU whose ``reason`` label is the most severe reason's short code (``none`` when healthy), so its
+cardinality stays one series per GPU at any moment and the label takes one of ``health.CODES``.
+
 The collector lives on its own ``CollectorRegistry``, so the process's default metrics (and
 anything else that registers globally) stay out of the GPU page.
 """
@@ -24,6 +28,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from gpufly import __version__
 from gpufly.hw import GpuSample, MigSample
+from gpufly.monitor.health import HealthWatch, assess
 from gpufly.monitor.metrics import GPU_METRICS, MIB, GpuMetric
 from gpufly.monitor.sample import Snapshot
 from gpufly.monitor.sampler import History
@@ -72,12 +77,16 @@ class SnapshotCollector:
 
     It holds no numbers of its own: each scrape reads ``history.latest``, so a scrape never waits on NVML.
     ``source`` says where the figures come from (``live`` or ``replay``), for ``gpufly_exporter_info``.
+    ``health`` is the ``HealthWatch`` listening to the same sampler (its verdicts hold the rules that need
+    several samples); without one, each scrape judges the latest sample alone.
     """
 
-    def __init__(self, history: History, source: str = "live", metrics: tuple[GpuMetric, ...] = GPU_METRICS) -> None:
+    def __init__(self, history: History, source: str = "live", metrics: tuple[GpuMetric, ...] = GPU_METRICS,
+                 health: HealthWatch | None = None) -> None:
         self.history = history
         self.source = source
         self.metrics = metrics
+        self.health = health
 
     def collect(self) -> Iterator[Metric]:
         snapshot = self.history.latest
@@ -122,9 +131,15 @@ class SnapshotCollector:
             return families[name]
 
         lost = family("gpufly_gpu_lost", "1 when the GPU has fallen off the bus (NVML: GPU is lost), else 0.")
+        health = GaugeMetricFamily("gpufly_gpu_health", "Health verdict: 0 healthy, 1 degraded, 2 failing; label "
+                                   "reason is the most severe reason's code (none when healthy).",
+                                   labels=[*GPU_LABELS, "reason"])
+        families[health.name] = health
         for gpu in snapshot.gpus:
             base = gpu_labels(snapshot, gpu)
             lost.add_metric([base[n] for n in GPU_LABELS], 1.0 if gpu.lost else 0.0)
+            verdict = self.health.verdict(gpu) if self.health is not None else assess([gpu])
+            health.add_metric([*(base[n] for n in GPU_LABELS), verdict.code], float(verdict.level))
             if gpu.lost:
                 continue
             for metric in self.metrics:
@@ -180,9 +195,9 @@ class SnapshotCollector:
             yield load
 
 
-def exporter_registry(history: History, source: str = "live",
-                      metrics: tuple[GpuMetric, ...] = GPU_METRICS) -> CollectorRegistry:
+def exporter_registry(history: History, source: str = "live", metrics: tuple[GpuMetric, ...] = GPU_METRICS,
+                      health: HealthWatch | None = None) -> CollectorRegistry:
     """A registry of its own holding only the snapshot collector (no process or platform metrics)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(history, source, metrics))
+    registry.register(SnapshotCollector(history, source, metrics, health))
     return registry

@@ -1,5 +1,9 @@
 """`gpufly watch`'s writers: JSONL (the replay format) and CSV, one line per sample, rotated by size.
 
+Each GPU's line carries its health verdict (``gpufly.monitor.health``) on the samples written so far: a
+``health`` object in JSONL (replay ignores it and judges the samples afresh), ``gpu_health`` and
+``gpu_health_reasons`` columns in CSV.
+
 Every line goes to the file in one ``os.write`` on a descriptor opened with O_APPEND, so a line is
 either all there or not there: Ctrl-C, a kill or a crash loses nothing already written, and the
 file never ends in half a line that replay would have to guess at. Rotation renames run.jsonl to run.1.jsonl
@@ -19,6 +23,7 @@ from typing import Any
 
 from gpufly.errors import GpuflyError
 from gpufly.hw import GpuSample, HostSample
+from gpufly.monitor.health import Health, HealthWatch, assess
 from gpufly.monitor.sample import Snapshot
 
 GPU_COLUMNS: tuple[str, ...] = tuple(
@@ -27,29 +32,45 @@ GPU_COLUMNS: tuple[str, ...] = tuple(
 HOST_COLUMNS: tuple[str, ...] = ("cpu_percent", "memory_used_bytes", "memory_total_bytes", "swap_used_bytes")
 CSV_COLUMNS: tuple[str, ...] = (
     "time", "hostname", *(f"gpu_{c}" for c in GPU_COLUMNS), "gpu_throttle_reasons", "gpu_process_count",
-    *(f"host_{c}" for c in HOST_COLUMNS),
+    "gpu_health", "gpu_health_reasons", *(f"host_{c}" for c in HOST_COLUMNS),
 )
 """One CSV row per GPU per sample (one row with empty GPU columns on a machine without GPUs)."""
 
+Verdicts = dict[int, Health]
+"""Health by GPU index, as ``HealthWatch.update`` returns it."""
 
-def jsonl_lines(snapshot: Snapshot) -> list[str]:
-    return [json.dumps(snapshot.to_dict(), separators=(",", ":")) + "\n"]
+
+def _judged(snapshot: Snapshot, verdicts: Verdicts | None) -> Verdicts:
+    """The verdicts given, or each GPU judged on this sample alone (no window: persistent rules unchecked)."""
+    return verdicts if verdicts is not None else {gpu.index: assess([gpu]) for gpu in snapshot.gpus}
+
+
+def jsonl_lines(snapshot: Snapshot, verdicts: Verdicts | None = None) -> list[str]:
+    """The snapshot as one JSONL line, each GPU with its ``health`` (``HealthWatch``'s verdicts, or this sample's)."""
+    data = snapshot.to_dict()
+    judged = _judged(snapshot, verdicts)
+    for gpu in data["gpus"]:
+        gpu["health"] = judged[gpu["index"]].to_dict()
+    return [json.dumps(data, separators=(",", ":")) + "\n"]
 
 
 def _cell(value: Any) -> Any:
     return "" if value is None else value
 
 
-def csv_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
+def csv_rows(snapshot: Snapshot, verdicts: Verdicts | None = None) -> list[dict[str, Any]]:
     host = {f"host_{c}": _cell(getattr(snapshot.host, c)) for c in HOST_COLUMNS}
     base = {"time": snapshot.time, "hostname": snapshot.hostname}
     if not snapshot.gpus:
         return [{**base, **host}]
+    judged = _judged(snapshot, verdicts)
     rows = []
     for gpu in snapshot.gpus:
         row = {**base, **{f"gpu_{c}": _cell(getattr(gpu, c)) for c in GPU_COLUMNS}, **host}
         row["gpu_throttle_reasons"] = _reasons_cell(gpu.throttle_reasons)
         row["gpu_process_count"] = len(gpu.processes)
+        row["gpu_health"] = judged[gpu.index].level.name
+        row["gpu_health_reasons"] = ";".join(reason.code for reason in judged[gpu.index].reasons)
         rows.append(row)
     return rows
 
@@ -92,6 +113,7 @@ class SampleLog:
         self.keep = keep
         self.lines_written = 0
         self.torn_bytes_dropped = 0  # an unfinished last line cut when the file was opened
+        self.health = HealthWatch()
         self._fd = self._open()
 
     def _open(self) -> int:
@@ -114,12 +136,13 @@ class SampleLog:
 
     def write(self, snapshot: Snapshot) -> None:
         """Append one sample; a full disk or a vanished folder is the user's to fix, so a GpuflyError."""
+        verdicts = self.health.update(snapshot)
         try:
-            text = self._render(snapshot, header=self._size() == 0)
+            text = self._render(snapshot, verdicts, header=self._size() == 0)
             data = text.encode()
             if self.rotate_bytes is not None and self._size() > 0 and self._size() + len(data) > self.rotate_bytes:
                 self._rotate()
-                data = self._render(snapshot, header=True).encode()
+                data = self._render(snapshot, verdicts, header=True).encode()
             written = os.write(self._fd, data)
         except OSError as exc:
             raise self._failed(exc) from None
@@ -130,10 +153,10 @@ class SampleLog:
 
     __call__ = write
 
-    def _render(self, snapshot: Snapshot, header: bool) -> str:
+    def _render(self, snapshot: Snapshot, verdicts: Verdicts, header: bool) -> str:
         if self.format == "jsonl":
-            return "".join(jsonl_lines(snapshot))
-        return csv_text(csv_rows(snapshot), header=header)
+            return "".join(jsonl_lines(snapshot, verdicts))
+        return csv_text(csv_rows(snapshot, verdicts), header=header)
 
     def _failed(self, exc: OSError) -> GpuflyError:
         return GpuflyError(f"cannot write {self.path}: {exc.strerror or exc}",

@@ -37,6 +37,7 @@ from gpufly import __version__
 from gpufly.errors import GpuflyError
 from gpufly.monitor.exporter import exporter_registry
 from gpufly.monitor.format import no_gpu_line, slowdown_text
+from gpufly.monitor.health import HealthWatch
 from gpufly.monitor.sample import Snapshot
 from gpufly.monitor.sampler import HISTORY_METRICS, HOST_METRICS, Backend, History, Sampler
 
@@ -88,7 +89,8 @@ class WallClock:
         self.backend.close()
 
 
-def snapshot_view(snapshot: Snapshot | None, history: History, show_cmdline: bool = False) -> dict[str, Any]:
+def snapshot_view(snapshot: Snapshot | None, history: History, health: HealthWatch,
+                  show_cmdline: bool = False) -> dict[str, Any]:
     """/api/snapshot: the latest snapshot as recorded (JSONL form), plus the words the views need.
 
     ``cmdline`` is blanked unless ``show_cmdline``; ``no_gpu_line`` and each GPU's ``slowdown`` are the
@@ -101,7 +103,7 @@ def snapshot_view(snapshot: Snapshot | None, history: History, show_cmdline: boo
         for gpu in data["gpus"]:
             for process in gpu["processes"]:
                 process["cmdline"] = None
-    extras = {str(gpu.index): {"slowdown": slowdown_text(gpu),
+    extras = {str(gpu.index): {"slowdown": slowdown_text(gpu), "health": health.verdict(gpu).to_dict(),
                                "energy_since_start_j": history.energy_since_start_j(gpu.index),
                                "throttle_seconds": history.throttle_seconds(gpu.index)}
               for gpu in snapshot.gpus}
@@ -225,7 +227,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/metrics":
             body, content_type = monitor.metrics(self.headers.get("Accept", ""))
         elif path == "/api/snapshot":
-            body, content_type = _json(snapshot_view(monitor.history.latest, monitor.history,
+            body, content_type = _json(snapshot_view(monitor.history.latest, monitor.history, monitor.health,
                                                      monitor.config.show_cmdline) | {"config": monitor.describe()})
         elif path == "/api/history":
             body, content_type = _json(history_view(monitor.history))
@@ -312,8 +314,9 @@ class MonitorServer:
     def __init__(self, backend: Backend, config: ServeConfig) -> None:
         self.config = config
         self.history = History(capacity=config.history)
-        self.sampler = Sampler(backend, interval=config.interval_s, history=self.history)
-        self.registry = exporter_registry(self.history, config.source)
+        self.health = HealthWatch()
+        self.sampler = Sampler(backend, interval=config.interval_s, history=self.history, listeners=[self.health])
+        self.registry = exporter_registry(self.history, config.source, health=self.health)
         self.hosts = HostCheck(config.host, config.allowed_hosts)
         self._httpd = _bind(config.host, config.port, config.request_timeout_s)
         self._httpd.monitor = self

@@ -12,6 +12,7 @@ from typing import Any
 
 from gpufly.hw import GpuSample, ProcessSample
 from gpufly.monitor.format import NA, fmt_bytes, fmt_number, no_gpu_line, slowdown_text
+from gpufly.monitor.health import Health, Level, assess
 from gpufly.monitor.metrics import GPU_METRICS, GpuMetric, more_text
 from gpufly.monitor.sample import Snapshot
 
@@ -97,9 +98,13 @@ def ratio(value: float | None, limit: float | None) -> float | None:
     return value / limit
 
 
-def gpu_lines(gpu: GpuSample, width: int = 20, metrics: tuple[GpuMetric, ...] = GPU_METRICS) -> list[str]:
+def gpu_lines(gpu: GpuSample, width: int = 20, metrics: tuple[GpuMetric, ...] = GPU_METRICS,
+              health: Health | None = None) -> list[str]:
     """The figure lines of one GPU panel (the sparklines are drawn by the screen), then a "more:" line with
-    every metric-table row the fixed lines do not draw."""
+    every metric-table row the fixed lines do not draw, and a "health:" line naming the reasons when not healthy.
+
+    ``health`` is the verdict a ``HealthWatch`` keeps over the last samples; without one, this sample alone is
+    judged (the rules that need persistence are then left unchecked)."""
     if gpu.lost:
         return [f"GPU {gpu.index}  {gpu.name}  LOST: {gpu.unavailable or 'fallen off the bus'}; the others go on"]
     util = gpu.utilization_gpu_percent
@@ -108,8 +113,9 @@ def gpu_lines(gpu: GpuSample, width: int = 20, metrics: tuple[GpuMetric, ...] = 
     clock = ratio(gpu.sm_clock_mhz, gpu.sm_clock_max_mhz)
     mig = f"  MIG: {len(gpu.mig)} instances" if gpu.mig_enabled else ""
     more = more_text(gpu, metrics)
+    verdict = health if health is not None else assess([gpu])
     return [
-        f"GPU {gpu.index}  {gpu.name}{mig}  slowdown: {slowdown_text(gpu)}",
+        f"GPU {gpu.index}  {gpu.name}{mig}  {verdict.level.name}  slowdown: {slowdown_text(gpu)}",
         f"util  {bar(None if util is None else util / 100, width)} {fmt_number(util, '%'):>5}   "
         f"memory {bar(memory, width)} {fmt_bytes(gpu.memory_used_bytes)} / {fmt_bytes(gpu.memory_total_bytes)}",
         f"power {bar(power, width)} {fmt_number(gpu.power_w, ' W')} / {fmt_number(gpu.power_limit_w, ' W')}   "
@@ -120,6 +126,7 @@ def gpu_lines(gpu: GpuSample, width: int = 20, metrics: tuple[GpuMetric, ...] = 
         f"PCIe rx {fmt_bytes(gpu.pcie_rx_bytes_per_s)}/s tx {fmt_bytes(gpu.pcie_tx_bytes_per_s)}/s  "
         f"ECC {fmt_number(gpu.ecc_uncorrected_volatile)} uncorrected",
         *([f"more: {more}"] if more else []),
+        *([f"health: {verdict.text()}"] if verdict.level is not Level.HEALTHY else []),
         *([f"unavailable: {gpu.unavailable}"] if gpu.unavailable else []),
     ]
 
@@ -165,6 +172,7 @@ def once_lines(snapshot: Snapshot, metrics: tuple[GpuMetric, ...] = GPU_METRICS)
             f" | {fmt_number(gpu.power_w, ' W')} / {fmt_number(gpu.power_limit_w, ' W')}"
             f" | slowdown: {slowdown_text(gpu)} | {processes or 'no processes'}"
             + (f" | more: {more}" if more else "")
+            + f" | health: {assess([gpu]).text()}"
             + (f" | unavailable: {gpu.unavailable}" if gpu.unavailable else "")
         )
     host = snapshot.host
@@ -175,9 +183,11 @@ def once_lines(snapshot: Snapshot, metrics: tuple[GpuMetric, ...] = GPU_METRICS)
 
 
 def once_json(snapshot: Snapshot) -> dict[str, Any]:
-    """The snapshot as recorded (the JSONL form), with each GPU's slowdown in words and the no-GPU line."""
+    """The snapshot as recorded (the JSONL form), with each GPU's slowdown in words, its health verdict on this
+    one sample, and the no-GPU line."""
     data = snapshot.to_dict()
     for gpu_data, gpu in zip(data["gpus"], snapshot.gpus, strict=True):
         gpu_data["slowdown"] = None if gpu.lost else slowdown_text(gpu)
+        gpu_data["health"] = assess([gpu]).to_dict()
     data["no_gpu_line"] = no_gpu_line(snapshot)
     return data

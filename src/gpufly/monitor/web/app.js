@@ -100,7 +100,19 @@ function gpuCard(gpu, live, extras) {
   if (gpu.lost) title.append(el("span", { class: "badge lost" }, "lost"));
   const slowdown = extras ? extras.slowdown : null;
   if (!gpu.lost && slowdown && slowdown !== "none") title.append(el("span", { class: "badge slow" }, slowdown));
+  const health = extras ? extras.health : null;
+  if (health) {
+    const badge = { class: `badge health ${health.level.toLowerCase()}`, "data-health": health.level };
+    title.append(el("span", badge, health.level));
+  }
   card.append(title);
+  if (health && health.reasons.length) {
+    const reasons = el("ul", { class: "health-reasons" });
+    for (const reason of health.reasons) {
+      reasons.append(el("li", { "data-reason": reason.code }, reason.detail));
+    }
+    card.append(reasons);
+  }
   if (live && !gpu.lost) {
     const figures = el("div", { class: "figures" });
     const add = figureAdder(figures);
