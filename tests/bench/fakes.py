@@ -86,3 +86,35 @@ def slow_benchmark(device: FakeDevice, name: str, seconds: float, work: float, *
         return Kernel(kernel, work, {"shape": "fake"})
 
     return Benchmark(name, group, metric, build, peak=peak, warmup=2, repeats=5)
+
+
+class SpreadKernel:
+    """A kernel on the fake clock whose call times follow a script: each attempt at measuring it (a warm-up and
+    its repeats) takes the next list of per-call seconds, the last list again once the script runs out."""
+
+    def __init__(self, clock: FakeClock, attempts: list[list[float]], warmup: int) -> None:
+        self.clock, self.warmup = clock, warmup
+        self.calls = [seconds for attempt in attempts for seconds in [attempt[0]] * warmup + attempt]
+        self.tail = [attempts[-1][0]] * warmup + attempts[-1]
+        self.done = 0
+
+    def __call__(self) -> None:
+        script = self.calls if self.done < len(self.calls) else self.tail
+        index = self.done if self.done < len(self.calls) else (self.done - len(self.calls)) % len(self.tail)
+        self.clock.advance(script[index])
+        self.done += 1
+
+
+@dataclass
+class FakeHost:
+    """The machine's conditions as a test sets them: what ``start`` and ``end`` report around each figure."""
+
+    at_start: dict[str, Any] = field(default_factory=lambda: {"load_average_1m": 0.2, "cpu_cores": 2})
+    at_end: dict[str, Any] = field(default_factory=lambda: {"load_average_1m": 0.3, "cpu_cores": 2,
+                                                            "busy_processes": []})
+
+    def start(self) -> dict[str, Any]:
+        return dict(self.at_start)
+
+    def end(self) -> dict[str, Any]:
+        return dict(self.at_end)

@@ -35,18 +35,20 @@ def test_compare_prints_both_runs_side_by_side(invoke) -> None:
     assert "1 thread;" in result.output and "2 threads;" in result.output
     gemm = next(line for line in result.output.splitlines() if line.strip().startswith("gemm.fp32"))
     one, two = load_run(ONE).result("gemm.fp32").value, load_run(TWO).result("gemm.fp32").value
-    assert f"{two / one:.2f}" in gemm and "GFLOP/s" in gemm
-    assert "only in b" in result.output and "lower is better" in result.output
+    assert f"{two / one:.2f}x" in gemm and "GFLOP/s" in gemm and "no interval" in gemm
+    assert "threads.gemm.fp32.t2: only in b" in result.output
 
 
 def test_compare_json_has_a_stable_shape(invoke) -> None:
     result = invoke("--compare", str(ONE), str(TWO), "--json")
     data = json.loads(result.output)
-    assert data["schema_version"] == 1
+    assert data["schema_version"] == bench_cli.SCHEMA_VERSION == 2
     assert data["a"]["file"] == str(ONE) and data["b"]["device"]["cpu_threads"] == 2
     row = next(r for r in data["rows"] if r["name"] == "memory.copy")
-    assert set(row) == {"name", "metric", "unit", "a", "b", "ratio_b_over_a", "b_speedup", "higher_is_better", "note"}
+    assert set(row) == {"name", "metric", "unit", "a", "b", "ratio_b_over_a", "b_speedup", "higher_is_better",
+                        "a_interval", "b_interval", "verdict", "note"}
     assert row["ratio_b_over_a"] == pytest.approx(row["b"] / row["a"])
+    assert row["verdict"] == "no interval" and row["a_interval"] is None
 
 
 def test_compare_refuses_a_file_that_is_not_a_run(invoke, tmp_path: Path) -> None:
@@ -62,14 +64,18 @@ def test_compare_needs_two_files(invoke) -> None:
 
 def test_a_quick_cpu_run_prints_the_table_and_saves(invoke, tmp_path: Path) -> None:
     save = tmp_path / "run.json"
-    result = invoke("--device", "cpu", "--quick", "--only", "memory,launch,transfer", "--save", str(save))
+    result = invoke("--device", "cpu", "--quick", "--only", "launch,transfer", "--save", str(save))
     assert result.exit_code == 0, result.output
-    assert "memory.copy" in result.output and "GB/s" in result.output and "µs" in result.output
+    assert "launch.op_dispatch" in result.output and "µs (" in result.output
     assert "the catalog has no CPUs" in result.output
     assert "Not measured" in result.output and "need a CUDA GPU" in result.output
     saved = load_run(save)
-    assert [r.name for r in saved.results] == ["memory.copy", "launch.op_dispatch"]
-    assert saved.settings["only"] == ["memory", "launch", "transfer"] and saved.settings["quick"] is True
+    assert [r.name for r in saved.results] == ["launch.op_dispatch"]
+    assert saved.settings["only"] == ["launch", "transfer"] and saved.settings["quick"] is True
+    assert saved.settings["noise_limit"] == 0.1 and saved.settings["max_attempts"] == 3
+    figure = saved.results[0]
+    assert figure.value_low <= figure.value <= figure.value_high
+    assert {"load_average_1m", "busy_processes"} <= set(figure.conditions["end"])
 
 
 def test_json_is_the_saved_shape(invoke) -> None:
@@ -91,16 +97,16 @@ def test_bad_choices_are_errors_with_hints(invoke, args, message) -> None:
 
 def test_bench_through_python_m_gpufly(cli, tmp_path: Path) -> None:
     save = tmp_path / "run.json"
-    result = cli("bench", "--device", "cpu", "--quick", "--only", "memory", "--json", "--save", str(save))
+    result = cli("bench", "--device", "cpu", "--quick", "--only", "launch", "--json", "--save", str(save))
     assert result.code == 0, result.stderr
-    assert json.loads(result.stdout)["results"][0]["name"] == "memory.copy"
-    assert load_run(save).results[0].name == "memory.copy"
+    assert json.loads(result.stdout)["results"][0]["name"] == "launch.op_dispatch"
+    assert load_run(save).results[0].name == "launch.op_dispatch"
 
 
 def test_compare_through_python_m_gpufly(cli) -> None:
     result = cli("bench", "--compare", str(ONE), str(TWO))
     assert result.code == 0, result.stderr
-    assert "gemm.fp32" in result.stdout and "b speed-up" in result.stdout
+    assert "gemm.fp32" in result.stdout and "b vs a" in result.stdout
 
 
 def test_errors_through_python_m_gpufly(cli, tmp_path: Path) -> None:

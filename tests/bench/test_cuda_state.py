@@ -31,7 +31,8 @@ def test_state_reads_clocks_power_temperature_and_slowdown_reasons() -> None:
         1755, 1980, 2619)
     assert state.power_limit_w() == 700.0
     assert state.conditions() == {"sm_clock_mhz": 1755, "memory_clock_mhz": 2619, "power_w": 698.5,
-                                  "temperature_c": 71, "clocks_event_reasons": ["sw_power_cap"]}
+                                  "temperature_c": 71, "clocks_event_reasons": ["sw_power_cap"],
+                                  "slowdown_reasons": ["sw_power_cap"]}
     state.close()
     assert fake.calls[-1] == "nvmlShutdown"
 

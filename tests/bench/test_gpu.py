@@ -76,3 +76,13 @@ def test_decode_matmuls_are_timed_as_replayed_cuda_graphs(full_run) -> None:
     decode = [r for r in full_run[0]["results"] if ".decode." in r["name"]]
     assert decode
     assert all(r["params"].get("timing") == "cuda_graph" for r in decode), [r["params"].get("timing") for r in decode]
+
+
+def test_gemm_ceilings_come_from_a_sweep_and_every_figure_has_its_interval(full_run) -> None:
+    results = {r["name"]: r for r in full_run[0]["results"]}
+    sweep = results["gemm.bf16"]["params"]["sweep"]
+    assert len(sweep) >= 3 and results["gemm.bf16"]["params"]["shape"] in {f"n={p['size']}" for p in sweep}
+    for result in results.values():
+        assert result["value_low"] <= result["value"] <= result["value_high"], result["name"]
+        assert result["noisy"] == (result["noise"] is not None), result["name"]
+        assert "start" in result["conditions"] and "end" in result["conditions"]

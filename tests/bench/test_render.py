@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import pytest
 from rich.console import Console
 
-from gpufly.bench.results import BenchError, BenchRun, DeviceFacts
+from gpufly.bench.compare import compare_runs
+from gpufly.bench.results import BenchError, BenchResult, BenchRun, DeviceFacts
 from gpufly.bench.run import measure_one
-from gpufly.cli.bench import format_value, render_run
+from gpufly.bench.timing import summarize
+from gpufly.cli.bench import format_value, render_comparison, render_run, wrap_name
 from tests.bench.fakes import FakeDevice, slow_benchmark
 
 
@@ -51,3 +54,76 @@ def test_a_cpu_run_says_why_it_has_no_peaks() -> None:
     text = _text(run)
     assert "% of peak" not in text and "the catalog has no CPUs" in text
     assert "100.0 GFLOP/s" in text and "CPU AMD EPYC, 2 threads" in text
+
+
+def _figure(name: str, value: float, low: float, high: float, *, noisy: bool = False, unit: str = "FLOP/s",
+            metric: str = "flops_per_s") -> BenchResult:
+    timing = summarize([1.0, 1.0, 1.0], warmup=1)
+    return BenchResult(name=name, group=name.split(".")[0], metric=metric, value=value, unit=unit,
+                       params={"shape": "n=1536"}, timing=timing, value_low=low, value_high=high, noisy=noisy,
+                       noise=("interval 31.0% of the median after 3 attempts (limit 10%); python (pid 123) at 95% "
+                              "CPU; load average 1.9 on 2 cores") if noisy else None, attempts=3 if noisy else 1)
+
+
+CPU = DeviceFacts(kind="cpu", name="Xeon", cpu_model="Xeon", cpu_threads=2)
+
+
+def _at(width: int, render, *args) -> str:
+    out = Console(width=width, color_system=None, record=True, file=io.StringIO())
+    render(*args, out)
+    return out.export_text()
+
+
+def test_a_figure_shows_its_interval_and_a_noisy_one_says_why() -> None:
+    swept = _figure("gemm.fp32", 412.3e9, 398.0e9, 421.5e9)
+    swept.params["sweep"] = [{"size": n, "median_s": 1.0, "value": 1.0} for n in (512, 1024, 2048)]
+    run = BenchRun(CPU, "2026-01-01T00:00:00+00:00", settings={"noise_limit": 0.1, "max_attempts": 3, "quick": True},
+                   results=[swept,
+                            _figure("gemm.bf16", 1.2e12, 0.9e12, 1.5e12, noisy=True)])
+    text = _at(160, render_run, run)
+    assert "412.3 GFLOP/s (398.0-421.5)" in text
+    bf16 = next(line for line in text.splitlines() if "gemm.bf16" in line)
+    assert "noisy [1]" in bf16
+    assert "[1] gemm.bf16: interval 31.0% of the median after 3 attempts (limit 10%); python (pid 123) at 95% CPU" \
+        in text
+    flat = " ".join(text.split())
+    assert "wider than 10% of the figure is measured again, up to 3 times, then marked noisy" in flat
+    assert "gemm: the best median over a sweep of square sizes, n = 512 to 2048 (--quick: a shorter sweep" in flat
+
+
+LONG = ("llm.fp32.decode.m16.k4096.n14336", "attention.fp32.s2048", "threads.gemm.fp32.t2")
+
+
+def test_compare_fits_80_columns_without_breaking_a_name_mid_word() -> None:
+    a = BenchRun(CPU, "2026-01-01T00:00:00+00:00", results=[_figure(n, 100e9, 98e9, 102e9) for n in LONG])
+    b = BenchRun(CPU, "2026-01-02T00:00:00+00:00",
+                 results=[_figure(n, 130e9, 126e9, 133e9, noisy=n == LONG[1]) for n in LONG])
+    text = _at(80, render_comparison, compare_runs(a, b, "a.json", "b.json"))
+    lines = text.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    assert "…" not in text
+    rule = next(i for i, line in enumerate(lines) if "───" in line)
+    rows = lines[rule + 1:next(i for i, line in enumerate(lines) if i > rule and not line.strip())]
+    pieces = [line[:22].strip() for line in rows]
+    assert "".join(pieces) == "".join(LONG)
+    assert pieces == ["llm.fp32.decode.m16.", "k4096.n14336", "attention.fp32.s2048", "threads.gemm.fp32.t2"]
+    row = next(line for line in lines if "threads.gemm.fp32.t2" in line)
+    assert "1.30x" in row and "faster" in row
+    row = next(line for line in lines if "attention.fp32.s2048" in line)
+    assert "1.30x" in row and "noisy" in row and "[1]" in row
+    assert "[1] attention.fp32.s2048: noisy in b" in text
+
+
+def test_names_wrap_after_dots() -> None:
+    assert wrap_name("llm.fp32.decode.m16.k4096.n14336") == "llm.fp32.decode.m16.\nk4096.n14336"
+    assert wrap_name("memory.copy") == "memory.copy"
+    assert wrap_name("averyveryverylongsinglepartname") == "averyveryverylongsinglepartname"
+
+
+def test_a_steady_figure_measured_beside_busy_processes_says_so() -> None:
+    busy = dataclasses.replace(_figure("gemm.fp32", 33.6e9, 33.5e9, 33.7e9), conditions={
+        "start": {"busy_processes": [{"pid": 7, "name": "pytest", "cpu_percent": 96.0}]}, "end": {}})
+    text = _at(160, render_run, BenchRun(CPU, "2026-01-01T00:00:00+00:00", results=[busy]))
+    row = next(line for line in text.splitlines() if "gemm.fp32" in line)
+    assert "others busy" in row and "noisy" not in row
+    assert "a steady figure can still be low" in text

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from gpufly.bench.benchmark import Benchmark, Kernel, Unsupported, grow
+from gpufly.bench.benchmark import Benchmark, Kernel, Unsupported
 from gpufly.bench.cpu import thread_counts
 from gpufly.bench.results import load_run
 from gpufly.bench.run import annotate, parse_device, parse_only, run_benchmarks, select
 from gpufly.errors import GpuflyError
-from tests.bench.fakes import FakeClock, FakeDevice, slow_benchmark
+from tests.bench.fakes import FakeDevice, FakeHost, slow_benchmark
 
 
 def _failing(name: str, exc: BaseException) -> Benchmark:
@@ -29,7 +29,7 @@ def test_a_failing_benchmark_is_recorded_and_the_run_goes_on() -> None:
             _failing("gemm.int8", RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore text")),
             _failing("gemm.tf32", ValueError("bad layout")),
             slow_benchmark(device, "memory.copy", 0.02, 2e10, metric="bytes_per_s", group="memory")]
-    run = run_benchmarks(device, plan)
+    run = run_benchmarks(device, plan, host=FakeHost())
     assert [r.name for r in run.results] == ["gemm.bf16", "memory.copy"]
     assert [(e.name, e.error) for e in run.errors] == [
         ("gemm.fp8", "fp8 matmul needs compute capability 8.9 or newer"),
@@ -52,7 +52,7 @@ def test_results_are_saved_as_they_come(tmp_path: Path) -> None:
     save = tmp_path / "run.json"
     plan = [slow_benchmark(device, f"gemm.n{i}", 0.01, 1e12) for i in range(4)]
     with pytest.raises(KeyboardInterrupt):
-        run_benchmarks(device, plan, save=save, on_done=on_done, settings={"quick": True})
+        run_benchmarks(device, plan, save=save, on_done=on_done, settings={"quick": True}, host=FakeHost())
     assert seen == [1, 2]
     interrupted = load_run(save)
     assert [r.name for r in interrupted.results] == ["gemm.n0", "gemm.n1"]
@@ -63,7 +63,8 @@ def test_progress_callbacks_see_every_benchmark() -> None:
     device = FakeDevice()
     plan = [slow_benchmark(device, f"gemm.n{i}", 0.01, 1e12) for i in range(3)] + [_failing("gemm.x", OSError())]
     started, done = [], []
-    run_benchmarks(device, plan, on_start=lambda i, b: started.append((i, b.name)), on_done=done.append)
+    run_benchmarks(device, plan, on_start=lambda i, b: started.append((i, b.name)), on_done=done.append,
+                   host=FakeHost())
     assert started == [(0, "gemm.n0"), (1, "gemm.n1"), (2, "gemm.n2"), (3, "gemm.x")]
     assert len(done) == 4 and done[-1].error == "OSError"
 
@@ -84,7 +85,7 @@ def test_settings_are_held_while_building_and_timing_and_then_restored() -> None
         seen["build"] = state["tf32"]
         return Kernel(lambda: seen.setdefault("run", state["tf32"]), 1e9)
 
-    run_benchmarks(device, [Benchmark("gemm.tf32", "gemm", "flops_per_s", build, settings=Tf32)])
+    run_benchmarks(device, [Benchmark("gemm.tf32", "gemm", "flops_per_s", build, settings=Tf32)], host=FakeHost())
     assert seen == {"build": True, "run": True} and state["tf32"] is False
 
 
@@ -129,7 +130,7 @@ def test_notes_for_thread_scaling_and_cuda_graphs() -> None:
             slow_benchmark(device, "threads.gemm.fp32.t4", 0.01, 1e9, group="threads"),
             slow_benchmark(device, "launch.step_eager", 300e-6, 1, metric="seconds", group="launch"),
             slow_benchmark(device, "launch.step_graph", 44e-6, 1, metric="seconds", group="launch")]
-    results = annotate(run_benchmarks(device, plan).results)
+    results = annotate(run_benchmarks(device, plan, host=FakeHost()).results)
     notes = {r.name: r.note for r in results}
     assert notes["threads.gemm.fp32.t1"] is None
     assert notes["threads.gemm.fp32.t4"] == "4.00x of 1 thread"
@@ -140,26 +141,3 @@ def test_thread_counts() -> None:
     assert thread_counts(1) == [1]
     assert thread_counts(2) == [1, 2]
     assert thread_counts(16) == [1, 2, 4, 8, 16]
-
-
-def test_grow_stops_at_the_first_size_that_fills_the_target() -> None:
-    clock = FakeClock()
-    built = []
-
-    def build(n: int) -> Kernel:
-        built.append(n)
-        return Kernel(lambda: clock.advance(n * 1e-4), float(n))
-
-    assert grow(build, (64, 128, 256, 512), target_s=0.02, exponent=1, clock=clock).work == 256.0
-    assert built == [64, 128, 256]
-    assert grow(build, (8, 16), target_s=1.0, exponent=1, clock=clock).work == 16.0
-
-
-def test_grow_does_not_step_to_a_size_that_would_take_too_long() -> None:
-    clock = FakeClock()
-
-    def build(n: int) -> Kernel:
-        return Kernel(lambda: clock.advance((n / 512) ** 3 * 0.2), float(n))
-
-    assert grow(build, (256, 512, 1024), target_s=0.25, max_s=1.0, clock=clock).work == 512.0
-    assert grow(build, (256, 512, 1024), target_s=0.25, max_s=2.0, clock=clock).work == 1024.0

@@ -79,7 +79,8 @@ def test_a_benchmark_on_a_fake_slow_kernel_reports_work_over_time() -> None:
     assert result.unit == "FLOP/s"
     assert result.timing.median_s == pytest.approx(0.004)
     assert result.params["flop_per_call"] == 2e12
-    assert result.conditions == {"sm_clock_mhz": 1980}
+    assert result.conditions == {"start": {"sm_clock_mhz": 1980}, "end": {"sm_clock_mhz": 1980}}
+    assert result.value_low == result.value_high == pytest.approx(5e14) and not result.noisy
 
 
 def test_a_latency_benchmark_reports_seconds() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -34,7 +33,9 @@ def _unchanged() -> Iterator[None]:
 class Benchmark:
     """One figure to measure.
 
-    ``build`` allocates random inputs and returns the Kernel; ``settings`` is held while it builds
+    ``build`` allocates random inputs and returns the Kernel; with ``sizes`` it takes the size, and the figure is
+    the best over a sweep of those sizes (bench/sweep.py: ``sweep_repeats`` each, none whose single call would
+    take over ``max_call_s``), measured again at the best size with ``repeats``. ``settings`` is held while it builds
     and runs (a thread count, a matmul precision) and restores what it changed. ``peak`` names the
     datasheet figure it is set beside ("bf16", "memory", "pcie") or is None. ``timer`` is "device"
     (time the device's own timeline), "graph" (the device's timeline over calls replayed as one CUDA
@@ -45,17 +46,22 @@ class Benchmark:
     name: str
     group: str
     metric: str
-    build: Callable[[], Kernel]
+    build: Callable[..., Kernel]
     params: dict[str, Any] = field(default_factory=dict)
     peak: str | None = None
     warmup: int = 3
     repeats: int = 10
     timer: str = "device"
     settings: Callable[[], AbstractContextManager[Any]] = _unchanged
+    sizes: tuple[int, ...] = ()
+    sweep_repeats: int = 3
+    max_call_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
             raise ValueError(f"unknown metric {self.metric!r}")
+        if self.sizes and self.metric == "seconds":
+            raise ValueError("a sweep looks for the highest rate; a latency has none")
 
     @property
     def unit(self) -> str:
@@ -65,29 +71,11 @@ class Benchmark:
         """The figure: work per second for a rate, seconds per call for a latency."""
         return median_s if self.metric == "seconds" else work / median_s
 
-
-def grow(build: Callable[[int], Kernel], sizes: tuple[int, ...], *, target_s: float, max_s: float | None = None,
-         exponent: float = 3.0, clock: Callable[[], float] | None = None) -> Kernel:
-    """The kernel at the first size whose single call takes at least ``target_s`` (else the largest), stopping
-    early where the next size would take over ``max_s`` (default 4 x target), its time scaling as size**exponent.
-
-    Sizes a matmul to the machine: a CPU without bf16 units runs bf16 a hundred times slower than
-    fp32, and one fixed size would be either too small for one or take minutes for the other.
-    """
-    clock = clock or time.perf_counter
-    limit = 4 * target_s if max_s is None else max_s
-    kernel = None
-    for size, following in zip(sizes, (*sizes[1:], None), strict=True):
-        kernel = build(size)
-        kernel.fn()
-        start = clock()
-        kernel.fn()
-        once = clock() - start
-        if once >= target_s or (following is not None and once * (following / size) ** exponent > limit):
-            break
-    if kernel is None:
-        raise ValueError("no sizes to try")
-    return kernel
+    def interval(self, work: float, low_s: float | None, high_s: float | None) -> tuple[float | None, float | None]:
+        """The figure's interval (low, high) from the seconds' interval: a rate's bounds swap, as work / seconds."""
+        if low_s is None or high_s is None or low_s <= 0:
+            return None, None
+        return (low_s, high_s) if self.metric == "seconds" else (work / high_s, work / low_s)
 
 
 class Unsupported(Exception):

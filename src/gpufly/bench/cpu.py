@@ -14,13 +14,17 @@ from collections.abc import Iterator
 from typing import Any
 
 from gpufly.bench import kernels
-from gpufly.bench.benchmark import Benchmark, Kernel, grow
+from gpufly.bench.benchmark import Benchmark, Kernel, Unsupported
 from gpufly.bench.results import DeviceFacts
 from gpufly.bench.timing import Timing, calls_per_sample, measure
+from gpufly.catalog import GpuSpec
 
 GROUPS = ("gemm", "llm", "memory", "attention", "launch", "threads")
 GEMM_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8")
-GEMM_SIZES = (256, 512, 1024, 2048, 4096)
+GEMM_SIZES = (512, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
+"""The square sizes a GEMM ceiling is swept over (bench/sweep.py); the sweep stops before a size whose call would
+take over the plan's limit, so a slow precision stops early."""
+QUICK_GEMM_SIZES = (512, 1024, 1536, 2048, 3072, 4096)
 ROTATE_BYTES = 256 * 2**20
 """Weights cycled per LLM-shape matmul spill this much, more than any CPU's last-level cache."""
 
@@ -56,8 +60,8 @@ class CpuDevice:
 
     kind = "cpu"
     label = "cpu"
-    spec = None
-    groups = GROUPS
+    spec: GpuSpec | None = None
+    groups: tuple[str, ...] = GROUPS
 
     def __init__(self) -> None:
         import torch
@@ -79,13 +83,8 @@ class CpuDevice:
         )
 
     def conditions(self) -> dict[str, Any]:
-        import psutil
-
-        try:
-            frequency = psutil.cpu_freq()
-        except (OSError, RuntimeError, NotImplementedError):
-            frequency = None
-        return {"cpu_clock_mhz": round(frequency.current)} if frequency and frequency.current else {}
+        """Nothing beyond the host's own conditions (load, busy processes, CPU clock: bench/conditions.py)."""
+        return {}
 
     def time(self, benchmark: Benchmark, kernel: Kernel) -> Timing:
         return measure(kernel.fn, warmup=benchmark.warmup, repeats=benchmark.repeats, inner=kernel.inner)
@@ -100,16 +99,16 @@ class CpuDevice:
         gc.collect()
 
     def plan(self, quick: bool = False) -> list[Benchmark]:
-        """Every CPU benchmark, sized so that --quick takes well under a minute on two cores."""
+        """Every CPU benchmark, sized so that --quick takes about a minute on two quiet cores (longer where figures
+        must be re-measured). 9 repeats give the median's interval between the 2nd and 8th samples (96%); 15, the
+        4th and 12th."""
         torch, cpu = self._torch, self.device
-        warmup, repeats = (1, 5) if quick else (2, 10)
-        target_s = 0.1 if quick else 0.25
+        warmup, repeats = (1, 9) if quick else (2, 15)
+        sizes, max_call_s = (QUICK_GEMM_SIZES, 0.3) if quick else (GEMM_SIZES, 2.0)
         plan = [
             Benchmark(f"gemm.{dtype}", "gemm", "ops_per_s" if dtype == "int8" else "flops_per_s",
-                      functools.partial(grow, functools.partial(_square, torch, cpu, dtype), GEMM_SIZES,
-                                        target_s=target_s),
-                      {"sizing": f"smallest square whose call takes >= {target_s} s"}, peak=dtype, warmup=warmup,
-                      repeats=repeats)
+                      functools.partial(_square, torch, cpu, dtype), peak=dtype, warmup=warmup, repeats=repeats,
+                      sizes=sizes, max_call_s=max_call_s)
             for dtype in GEMM_DTYPES
         ]
         prefill = () if quick else (2048,)
@@ -150,6 +149,9 @@ class CpuDevice:
 
 
 def _square(torch: Any, device: Any, dtype: str, n: int) -> Kernel:
+    if dtype == "fp8":
+        raise Unsupported("fp8 matmul needs fp8 tensor cores (a GPU of compute capability 8.9 or newer); a CPU "
+                          "emulates it, so its time is no ceiling")
     return kernels.gemm(torch, device, dtype, n, n, n)
 
 

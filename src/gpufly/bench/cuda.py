@@ -19,11 +19,14 @@ from gpufly.bench import kernels
 from gpufly.bench.benchmark import Benchmark, Kernel, Unsupported
 from gpufly.bench.results import DeviceFacts
 from gpufly.bench.timing import Timing, calls_per_sample, measure, summarize
-from gpufly.catalog import default_catalog
+from gpufly.catalog import GpuSpec, default_catalog
 from gpufly.hw import GpuDevice, GpuReader, GpuSample, Nvml
 
 GROUPS = ("gemm", "llm", "memory", "transfer", "launch", "attention")
 GEMM_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+GEMM_SIZES = (1024, 2048, 3072, 4096, 5120, 6144, 8192, 10240, 12288, 16384)
+"""The square sizes a GEMM ceiling is swept over (bench/sweep.py), as mamf-finder's coarse scans do."""
+QUICK_GEMM_SIZES = (2048, 4096, 6144, 8192)
 MIN_SAMPLE_S = 2e-3
 """A timed sample covers at least this long: microsecond kernels run back to back until it does."""
 KERNELS_PER_STEP = 64
@@ -100,6 +103,7 @@ def measure_graph_or_events(torch: Any, kernel: Kernel, *, warmup: int, repeats:
 def fp32_matmul(torch: Any, tf32: bool) -> Iterator[None]:
     """fp32 matmuls in full precision ("ieee") or as TF32, whichever torch API this version has."""
     matmul = torch.backends.cuda.matmul
+    value: str | bool
     try:
         before, name, value = matmul.fp32_precision, "fp32_precision", "tf32" if tf32 else "ieee"
     except (AttributeError, RuntimeError):
@@ -115,7 +119,9 @@ def _same_uuid(nvml_uuid: str | None, torch_uuid: str | None) -> bool:
     def norm(uuid: str) -> str:
         return uuid.lower().removeprefix("gpu-")
 
-    return bool(nvml_uuid and torch_uuid) and norm(nvml_uuid) == norm(torch_uuid)
+    if not nvml_uuid or not torch_uuid:
+        return False
+    return norm(nvml_uuid) == norm(torch_uuid)
 
 
 def nvml_index(devices: list[GpuDevice], torch_uuid: str | None, torch_index: int) -> int | None:
@@ -171,7 +177,8 @@ class GpuState:
             return {}
         values = {"sm_clock_mhz": _clock(sample, "sm"), "memory_clock_mhz": _clock(sample, "mem"),
                   "power_w": sample.power_w, "temperature_c": sample.temperature_c,
-                  "clocks_event_reasons": sample.throttle_reasons}
+                  "clocks_event_reasons": sample.throttle_reasons,
+                  "slowdown_reasons": sample.slowdown_reasons if sample.throttle_reasons is not None else None}
         return {key: value for key, value in values.items() if value is not None}
 
     def close(self) -> None:
@@ -182,7 +189,8 @@ class CudaDevice:
     """One CUDA GPU through PyTorch: plan, time and describe the GPU benchmarks."""
 
     kind = "cuda"
-    groups = GROUPS
+    groups: tuple[str, ...] = GROUPS
+    spec: GpuSpec | None
 
     def __init__(self, index: int = 0, nvml_lib: ModuleType | None = None) -> None:
         import torch
@@ -250,13 +258,13 @@ class CudaDevice:
         """Every GPU benchmark; the whole plan runs in well under a minute on a data-center GPU."""
         torch, gpu = self._torch, self.device
         warmup, repeats = (3, 10) if quick else (5, 20)
-        n = 4096 if quick else 8192
+        sizes = QUICK_GEMM_SIZES if quick else GEMM_SIZES
         plan = []
         for dtype in GEMM_DTYPES:
             settings = functools.partial(fp32_matmul, torch, dtype == "tf32")
             plan.append(Benchmark(f"gemm.{dtype}", "gemm", "ops_per_s" if dtype == "int8" else "flops_per_s",
-                                  functools.partial(self._square, dtype, n), peak=dtype, warmup=warmup,
-                                  repeats=repeats, settings=settings))
+                                  functools.partial(self._square, dtype), peak=dtype, warmup=warmup,
+                                  repeats=repeats, settings=settings, sizes=sizes, sweep_repeats=5))
         rotate = max(256 * 2**20, 4 * int(getattr(self.props, "L2_cache_size", 0) or 0))
         half = self.half
         for m in ((1, 16) if quick else (1, 4, 16)) + (2048,):

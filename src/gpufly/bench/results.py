@@ -16,7 +16,9 @@ from gpufly.errors import GpuflyError
 from gpufly.jsonfile import read_json, write_json_atomic
 from gpufly.records import checked, finite_number, from_dict
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2 added each figure's interval, its noisy mark and reason, its attempts, and its timing's interval; version 1
+files still read (without them)."""
 KIND = "gpufly.bench"
 READ_HINT = "pass a file written by `gpufly bench --save`"
 WRITE_HINT = "save to a file in a folder you can write, e.g. --save bench.json"
@@ -65,7 +67,12 @@ class DeviceFacts:
 
 @dataclass(frozen=True)
 class BenchResult:
-    """One measured figure beside its datasheet peak; value and peak are in ``unit`` (FLOP/s, B/s, s)."""
+    """One measured figure beside its datasheet peak; value, its interval and peak are in ``unit`` (FLOP/s, B/s, s).
+
+    ``value_low``..``value_high`` is the interval of the median (``timing.ci_level``, about 95%); ``noisy`` says it
+    stayed wider than the run's noise limit after ``attempts`` measurements, and ``noise`` says why.
+    ``conditions`` holds what the machine was doing at the start and at the end (load, busy processes, clocks).
+    """
 
     name: str
     group: str
@@ -79,6 +86,20 @@ class BenchResult:
     percent_of_peak: float | None = None
     conditions: dict[str, Any] = field(default_factory=dict)
     note: str | None = None
+    value_low: float | None = None
+    value_high: float | None = None
+    noisy: bool = False
+    noise: str | None = None
+    attempts: int = 1
+
+    @property
+    def busy_processes(self) -> list[dict[str, Any]]:
+        """The other processes busy just before or during the measurement (bench/conditions.py), once each."""
+        seen: dict[int, dict[str, Any]] = {}
+        for moment in ("end", "start"):
+            for process in self.conditions.get(moment, {}).get("busy_processes", []):
+                seen.setdefault(process["pid"], process)
+        return list(seen.values())
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -11,8 +11,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpufly.bench.benchmark import Benchmark, Kernel, Unsupported
+from gpufly.bench.conditions import HostProbe, HostWatch
+from gpufly.bench.noise import MAX_ATTEMPTS, NOISE_LIMIT, measure_until_stable, noise_reason
 from gpufly.bench.peaks import peak_for, percent_of_peak
 from gpufly.bench.results import BenchError, BenchResult, BenchRun, DeviceFacts
+from gpufly.bench.sweep import sweep_sizes
 from gpufly.bench.timing import Timing
 from gpufly.catalog import GpuSpec
 from gpufly.errors import GpuflyError, unknown_choice
@@ -114,20 +117,42 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def measure_one(device: Device, benchmark: Benchmark) -> BenchResult:
-    """Build, time and describe one benchmark; exceptions propagate to the caller."""
+def _kernel(device: Device, benchmark: Benchmark) -> Kernel:
+    """The kernel to measure: built once, or the best size of a sweep (bench/sweep.py) with the sweep recorded."""
+    if not benchmark.sizes:
+        return benchmark.build()
+    probe = dataclasses.replace(benchmark, repeats=benchmark.sweep_repeats, warmup=min(benchmark.warmup, 2))
+    kernel, points = sweep_sizes(benchmark.build, benchmark.sizes, lambda k: device.time(probe, k),
+                                 max_call_s=benchmark.max_call_s)
+    kernel.params["sweep"] = [point.to_dict() for point in points]
+    kernel.params["sizing"] = (f"best median of {len(points)} sizes ({points[0].size}-{points[-1].size}, "
+                               f"{benchmark.sweep_repeats} repeats each), measured again at that size")
+    return kernel
+
+
+def measure_one(device: Device, benchmark: Benchmark, host: HostProbe | None = None, *,
+                noise_limit: float = NOISE_LIMIT, max_attempts: int = MAX_ATTEMPTS) -> BenchResult:
+    """Build, time and describe one benchmark, re-measured while its interval is too wide (bench/noise.py), with
+    the conditions at its start and end; exceptions propagate to the caller."""
     with benchmark.settings():
-        kernel = benchmark.build()
-        timing = device.time(benchmark, kernel)
-        conditions = device.conditions()
+        start = {**(host.start() if host else {}), **device.conditions()}
+        kernel = _kernel(device, benchmark)
+        measured = measure_until_stable(lambda: device.time(benchmark, kernel), limit=noise_limit,
+                                        attempts=max_attempts)
+        end = {**(host.end() if host else {}), **device.conditions()}
+    timing = measured.timing
     value = benchmark.value(kernel.work, timing.median_s)
+    low, high = benchmark.interval(kernel.work, timing.ci_low_s, timing.ci_high_s)
     params = {**benchmark.params, **kernel.params}
     if benchmark.metric in WORK_FIELDS:
         params[WORK_FIELDS[benchmark.metric]] = kernel.work
     peak, source = peak_for(device.spec, benchmark.peak)
     return BenchResult(name=benchmark.name, group=benchmark.group, metric=benchmark.metric, value=value,
                        unit=benchmark.unit, params=params, timing=timing, peak=peak, peak_source=source,
-                       percent_of_peak=percent_of_peak(value, peak), conditions=conditions, note=kernel.note)
+                       percent_of_peak=percent_of_peak(value, peak), conditions={"start": start, "end": end},
+                       note=kernel.note, value_low=low, value_high=high, noisy=measured.noisy,
+                       noise=noise_reason(measured, start, end, noise_limit) if measured.noisy else None,
+                       attempts=len(measured.attempts))
 
 
 def describe_failure(exc: BaseException) -> str:
@@ -144,10 +169,15 @@ def describe_failure(exc: BaseException) -> str:
 def run_benchmarks(device: Device, benchmarks: Sequence[Benchmark], *, settings: dict[str, Any] | None = None,
                    save: Path | None = None, errors: Sequence[BenchError] = (),
                    on_start: Callable[[int, Benchmark], None] | None = None,
-                   on_done: Callable[[BenchResult | BenchError], None] | None = None) -> BenchRun:
-    """Run each benchmark in turn; a failure is recorded and the run goes on."""
+                   on_done: Callable[[BenchResult | BenchError], None] | None = None,
+                   host: HostProbe | None = None, noise_limit: float = NOISE_LIMIT,
+                   max_attempts: int = MAX_ATTEMPTS) -> BenchRun:
+    """Run each benchmark in turn; a failure is recorded and the run goes on. ``host`` reads the machine's load
+    around each figure (psutil's ``HostWatch`` unless given)."""
+    host = host if host is not None else HostWatch()
     run = BenchRun(device=device.facts(), started_at=_now(),
-                   settings={**(settings or {}), "environment": device.environment()}, errors=list(errors))
+                   settings={**(settings or {}), "environment": device.environment(), "noise_limit": noise_limit,
+                             "max_attempts": max_attempts}, errors=list(errors))
     if save is not None:
         run.save(save)
     for position, benchmark in enumerate(benchmarks):
@@ -155,7 +185,7 @@ def run_benchmarks(device: Device, benchmarks: Sequence[Benchmark], *, settings:
             on_start(position, benchmark)
         entry: BenchResult | BenchError
         try:
-            entry = measure_one(device, benchmark)
+            entry = measure_one(device, benchmark, host, noise_limit=noise_limit, max_attempts=max_attempts)
             run.results.append(entry)
         except Exception as exc:  # an unsupported precision or an OOM is the finding, whatever its type
             entry = BenchError(benchmark.name, benchmark.group, describe_failure(exc), dict(benchmark.params))

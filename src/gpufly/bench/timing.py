@@ -1,4 +1,4 @@
-"""The timing harness: warm up, synchronize around the clock, repeat, and report the median and spread.
+"""The timing harness: warm up, synchronize around the clock, repeat, and report the median with its interval.
 
 The clock and the synchronization are injected, so a test can drive ``measure`` with a fake clock and
 a fake asynchronous kernel, and the CUDA path can pass ``torch.cuda.synchronize``.
@@ -19,10 +19,13 @@ Sync = Callable[[], object]
 
 @dataclass(frozen=True)
 class Timing:
-    """Seconds per call of one kernel: the median of ``repeats`` samples and how far they spread.
+    """Seconds per call of one kernel: the median of ``repeats`` samples, how far they spread, and the interval
+    that holds the true median with probability ``ci_level`` (order statistics: no assumption on the shape of
+    the noise, which on a shared machine is anything but normal).
 
     Each sample times ``inner`` back-to-back calls and is divided by ``inner``, so a kernel far
     shorter than the clock's resolution still gets a true figure. ``warmup`` calls ran untimed first.
+    The interval fields are None in runs saved before gpufly computed them.
     """
 
     median_s: float
@@ -34,20 +37,51 @@ class Timing:
     warmup: int
     inner: int = 1
     samples_s: tuple[float, ...] = ()
+    ci_low_s: float | None = None
+    ci_high_s: float | None = None
+    ci_level: float | None = None
 
     @property
     def spread(self) -> float:
         """(p90 - p10) / median: 0.05 means the middle 80% of samples lie within 5% of each other."""
         return (self.p90_s - self.p10_s) / self.median_s if self.median_s > 0 else 0.0
 
+    @property
+    def relative_width(self) -> float | None:
+        """(high - low) / median of the median's interval: 0.1 means the median is known to within about 10%."""
+        if self.ci_low_s is None or self.ci_high_s is None or self.median_s <= 0:
+            return None
+        return (self.ci_high_s - self.ci_low_s) / self.median_s
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["samples_s"] = list(self.samples_s)
         return data
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Timing:
-        return cls(**{**data, "samples_s": tuple(data.get("samples_s", ()))})
+
+CI_LEVEL = 0.95
+"""The confidence the median's interval aims for; with few samples the best reachable is less (5 samples: 93.75%)."""
+
+
+def median_ranks(count: int, level: float = CI_LEVEL) -> tuple[int, int, float]:
+    """The 1-based ranks (j, count + 1 - j) of the sorted samples that bracket the median with at least ``level``
+    confidence, and the confidence they give: the number of samples below the true median is Binomial(count, 1/2),
+    so [X(j), X(count+1-j)] misses it with probability 2 * P(B <= j - 1). Where even the extremes fall short of
+    ``level`` (fewer than 6 samples), min and max with their own confidence.
+
+    >>> median_ranks(10)
+    (2, 9, 0.978515625)
+    >>> median_ranks(5)
+    (1, 5, 0.9375)
+    """
+    def confidence(rank: int) -> float:
+        below = sum(math.comb(count, i) for i in range(rank)) / 2 ** count
+        return 1 - 2 * below
+
+    rank = 1
+    while rank + 1 <= (count + 1) // 2 and confidence(rank + 1) >= level:
+        rank += 1
+    return rank, count + 1 - rank, confidence(rank)
 
 
 def summarize(samples_s: Sequence[float], *, warmup: int, inner: int = 1) -> Timing:
@@ -64,8 +98,10 @@ def summarize(samples_s: Sequence[float], *, warmup: int, inner: int = 1) -> Tim
         p10, p90 = deciles[0], deciles[-1]
     else:
         p10 = p90 = ordered[0]
+    low, high, level = median_ranks(len(ordered))
     return Timing(median_s=statistics.median(ordered), min_s=ordered[0], max_s=ordered[-1], p10_s=p10, p90_s=p90,
-                  repeats=len(ordered), warmup=warmup, inner=inner, samples_s=tuple(samples_s))
+                  repeats=len(ordered), warmup=warmup, inner=inner, samples_s=tuple(samples_s),
+                  ci_low_s=ordered[low - 1], ci_high_s=ordered[high - 1], ci_level=level)
 
 
 def _no_sync() -> None:

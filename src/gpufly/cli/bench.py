@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from gpufly.cli.render import MISSING, console, error_console, print_json, print_note
@@ -18,9 +19,12 @@ from gpufly.errors import GpuflyError
 if TYPE_CHECKING:
     from gpufly.bench import BenchError, Benchmark, BenchResult, BenchRun, Comparison
 
-SCHEMA_VERSION = 1
-"""Of the `--compare --json` output; a run's own shape is gpufly.bench.results.SCHEMA_VERSION."""
+SCHEMA_VERSION = 2
+"""Of the `--compare --json` output (2 added each row's intervals and verdict); a run's own shape is
+gpufly.bench.results.SCHEMA_VERSION."""
 
+NAME_WIDTH = 20
+"""Benchmark names wrap after a dot at this width, so a table fits 80 columns without breaking a word."""
 _SCALES = {"FLOP/s": (("TFLOP/s", 1e12), ("GFLOP/s", 1e9)), "OP/s": (("TOP/s", 1e12), ("GOP/s", 1e9)),
            "B/s": (("GB/s", 1e9),), "s": (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6))}
 
@@ -34,75 +38,164 @@ def scale_for(value: float, unit: str) -> tuple[str, float]:
     return options[-1]
 
 
+def _number(shown: float) -> str:
+    digits = 0 if abs(shown) >= 1000 else 1 if abs(shown) >= 10 else 2
+    return f"{shown:,.{digits}f}"
+
+
 def format_value(value: float | None, unit: str, scale: tuple[str, float] | None = None) -> str:
     """A figure in its display unit: '108.2 GFLOP/s', '4,812 GB/s', '7.25 µs'."""
     if value is None:
         return MISSING
     name, factor = scale or scale_for(value, unit)
-    shown = value / factor
-    digits = 0 if abs(shown) >= 1000 else 1 if abs(shown) >= 10 else 2
-    return f"{shown:,.{digits}f} {name}"
+    return f"{_number(value / factor)} {name}"
+
+
+def format_measured(result: BenchResult, scale: tuple[str, float]) -> str:
+    """A figure with its interval in the same unit: '412.3 GFLOP/s (398.0-421.5)'; bare where a run saved before
+    intervals has none."""
+    shown = format_value(result.value, result.unit, scale)
+    if result.value_low is None or result.value_high is None:
+        return shown
+    factor = scale[1]
+    return f"{shown} ({_number(result.value_low / factor)}-{_number(result.value_high / factor)})"
+
+
+def wrap_name(name: str, width: int = NAME_WIDTH) -> str:
+    """A dotted benchmark name on lines of at most ``width``, broken only after a dot, never inside a part.
+
+    >>> print(wrap_name("llm.fp32.decode.m16.k4096.n14336"))
+    llm.fp32.decode.m16.
+    k4096.n14336
+    """
+    parts = [part + "." for part in name.split(".")]
+    parts[-1] = parts[-1][:-1]
+    lines = [""]
+    for part in parts:
+        if lines[-1] and len(lines[-1]) + len(part) > width:
+            lines.append("")
+        lines[-1] += part
+    return "\n".join(lines)
+
+
+def _result_note(result: BenchResult, footnote: int | None) -> str:
+    """The note cell: 'noisy [1]' (its reason under the table), how many tries a re-measured figure took, and
+    'others busy' for a steady figure measured while other work ran (it can be steady and still low)."""
+    tries = f"{result.attempts} tries" if result.attempts > 1 and not result.noisy else None
+    noisy = f"noisy [{footnote}]" if footnote is not None else None
+    busy = "others busy" if not result.noisy and result.busy_processes else None
+    return "; ".join(part for part in (noisy, busy, result.note, tries) if part)
 
 
 def render_run(run: BenchRun, out: Console) -> None:
-    """The measured figures; the peak columns only where some figure has a peak (never on a CPU)."""
+    """The measured figures with their intervals; the peak columns only where some figure has a peak (never on a
+    CPU); a noisy figure says so, and why, in its note."""
     out.print(f"gpufly bench: {run.device.summary}")
     with_peaks = any(r.peak is not None for r in run.results)
     table = Table(box=box.SIMPLE_HEAD, title_justify="left")
-    table.add_column("benchmark", overflow="fold")
-    for column in ("measured", *(("peak", "% of peak") if with_peaks else ()), "spread"):
+    table.add_column("benchmark", no_wrap=True, overflow="fold")
+    table.add_column("measured (interval)", justify="right")
+    for column in ("peak", "% of peak") if with_peaks else ():
         table.add_column(column, justify="right", no_wrap=True)
-    for column, justify in (("size", "left"), ("runs", "right"), ("note", "left")):
-        table.add_column(column, justify=justify)
+    table.add_column("size")
+    table.add_column("runs", justify="right")
+    table.add_column("note")
+    noisy = [result for result in run.results if result.noisy]
+    footnotes = {id(result): number for number, result in enumerate(noisy, start=1)}
     for result in run.results:
         scale = scale_for(result.value, result.unit)
         timing = result.timing
-        peaks = ()
+        peaks: tuple[str, ...] = ()
         if with_peaks:
             percent = f"{result.percent_of_peak:.0f}%" if result.percent_of_peak is not None else MISSING
             peaks = (format_value(result.peak, result.unit, scale), percent)
         runs = f"{timing.repeats}" + (f"x{timing.inner}" if timing.inner > 1 else "")
-        table.add_row(result.name, format_value(result.value, result.unit, scale), *peaks,
-                      f"{100 * timing.spread:.0f}%", str(result.params.get("shape", "")), runs, result.note or "")
+        table.add_row(wrap_name(result.name), format_measured(result, scale), *peaks,
+                      str(result.params.get("shape", "")), runs,
+                      escape(_result_note(result, footnotes.get(id(result)))))
     out.print(table)
     if run.device.kind == "cpu":
         out.print("peaks: the catalog has no CPUs, so CPU figures have no peak and no percent of peak")
     elif run.device.catalog_id is None:
         out.print(f"peaks: {run.device.name} is not in the catalog, so there are no peaks to compare with")
-    out.print("spread: (p90 - p10) / median of the timed runs; runs: samples x calls per sample, after warm-up")
+    out.print(_interval_legend(run))
+    swept = [r for r in run.results if r.params.get("sweep")]
+    if swept:
+        sizes = [point["size"] for r in swept for point in r.params["sweep"]]
+        shorter = " (--quick: a shorter sweep of smaller sizes)" if run.settings.get("quick") else ""
+        out.print(f"gemm: the best median over a sweep of square sizes, n = {min(sizes)} to {max(sizes)}{shorter}, "
+                  "measured again at the best size (mamf-finder's method)")
+    if any(not r.noisy and r.busy_processes for r in run.results):
+        out.print("others busy: another process used over 10% CPU just before or during the figure; a "
+                  "steady figure can still be low (the processes are in the JSON's conditions)")
+    if noisy:
+        out.print(f"noisy: {len(noisy)} of {len(run.results)} figures stayed too wide to trust; measure again on a "
+                  "quieter machine before relying on them")
+        for number, result in enumerate(noisy, start=1):
+            out.print(f"  [{number}] {result.name}: {result.noise}", markup=False)
     if run.errors:
         render_errors(run.errors, out)
 
 
+def _interval_legend(run: BenchRun) -> str:
+    limit, attempts = run.settings.get("noise_limit"), run.settings.get("max_attempts")
+    retry = (f"; an interval wider than {limit:.0%} of the figure is measured again, up to {attempts} times, then "
+             "marked noisy" if isinstance(limit, float) and isinstance(attempts, int) else "")
+    return ("interval: where the median of the timed runs lies with about 95% confidence (order statistics)"
+            f"{retry}; runs: samples x calls per sample, after warm-up")
+
+
 def render_errors(errors: list[BenchError], out: Console) -> None:
     table = Table(title="Not measured", box=box.SIMPLE_HEAD, title_justify="left")
-    table.add_column("benchmark")
+    table.add_column("benchmark", no_wrap=True, overflow="fold")
     table.add_column("why")
     for error in errors:
-        table.add_row(error.name, error.error)
+        table.add_row(wrap_name(error.name), escape(error.error))
     out.print(table)
+
+
+def format_times(factor: float | None) -> str:
+    """A speed-up in at most five characters: '2.32x', '12.5x', '127x'."""
+    if factor is None:
+        return MISSING
+    digits = 0 if factor >= 99.5 else 1 if factor >= 9.995 else 2
+    return f"{factor:.{digits}f}x"
 
 
 def render_comparison(comparison: Comparison, out: Console) -> None:
-    out.print(f"a: {comparison.a_label}: {comparison.a_device.summary}")
-    out.print(f"b: {comparison.b_label}: {comparison.b_device.summary}")
-    table = Table(box=box.SIMPLE_HEAD, title_justify="left")
-    table.add_column("benchmark", overflow="fold")
-    for column in ("a", "b", "b / a", "b speed-up"):
+    """Each figure in both runs, b's speed-up over a, and whether the difference is beyond noise (the two
+    intervals do not overlap) or within it. Fits 80 columns: names wrap after a dot, the unit has its own
+    column, and notes are numbered under the table."""
+    out.print(f"a: {comparison.a_label}: {comparison.a_device.summary}", markup=False)
+    out.print(f"b: {comparison.b_label}: {comparison.b_device.summary}", markup=False)
+    table = Table(box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    table.add_column("benchmark", no_wrap=True, overflow="fold")
+    table.add_column("unit", no_wrap=True)
+    for column in ("a", "b", "b vs a"):
         table.add_column(column, justify="right", no_wrap=True)
-    table.add_column("note")
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("note", justify="right", no_wrap=True)
+    notes: list[str] = []
     for row in comparison.rows:
         known = row.a if row.a is not None else row.b
-        scale = scale_for(known, row.unit) if known is not None else None
-        ratio = f"{row.ratio:.2f}" if row.ratio is not None else MISSING
-        speedup = f"{row.b_speedup:.2f}x" if row.b_speedup is not None else MISSING
-        table.add_row(row.name, format_value(row.a, row.unit, scale), format_value(row.b, row.unit, scale), ratio,
-                      speedup, row.note or ("lower is better" if not row.higher_is_better else ""))
+        name, factor = scale_for(known, row.unit) if known is not None else (row.unit, 1.0)
+        speedup = format_times(row.b_speedup)
+        if row.note:
+            notes.append(f"{row.name}: {row.note}")
+        table.add_row(wrap_name(row.name), name, *(_number(v / factor) if v is not None else MISSING
+                                                   for v in (row.a, row.b)),
+                      speedup, row.verdict or MISSING, escape(f"[{len(notes)}]") if row.note else "")
     out.print(table)
+    for number, note in enumerate(notes, start=1):
+        out.print(f"  [{number}] {note}", markup=False)
+    out.print("b vs a: how many times faster b is (for a latency, a's time over b's); verdict: faster or slower "
+              "when the two figures' ~95% intervals do not overlap, else within noise; no interval: a run saved "
+              "before gpufly measured intervals")
 
 
 @contextmanager
-def _progress(total: int) -> Iterator[tuple[object, object]]:
+def _progress(total: int) -> Iterator[tuple[Callable[[int, Benchmark], None],
+                                             Callable[[BenchResult | BenchError], None]]]:
     """A Rich progress bar on stderr (none when stderr is not a terminal), and its two callbacks."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -147,8 +240,8 @@ def bench(
     device: Annotated[str | None, typer.Option("--device", metavar="cuda:N|cpu",
                                                help="What to measure. Default: cuda:0 when PyTorch sees a GPU, "
                                                     "else the CPU.")] = None,
-    quick: Annotated[bool, typer.Option("--quick", help="Smaller sizes and fewer repeats (under a minute on a "
-                                                        "CPU).")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="A shorter GEMM sweep, smaller sizes and fewer repeats "
+                                                        "(about a minute on a quiet CPU).")] = False,
     only: Annotated[str | None, typer.Option("--only", metavar="GROUPS",
                                              help="Comma-separated groups or names: gemm, llm, memory, transfer, "
                                                   "launch, attention, threads; or gemm.bf16.")] = None,
