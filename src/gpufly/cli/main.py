@@ -37,9 +37,9 @@ class CommandEntry:
 
 COMMANDS: dict[str, CommandEntry] = {
     "gpus": CommandEntry("gpufly.cli.gpus:app", "The GPU catalog and ladder."),
-    "report": CommandEntry("gpufly.cli.report:report", "Report on this machine: OS, CPU, RAM, each NVIDIA GPU with "
-                           "its catalog entry, the doctor's verdict, which popular models fit; with --bench, what "
-                           "the machine measures."),
+    "report": CommandEntry("gpufly.cli.report:report", "Report on this machine: what the hardware is worth for AI, "
+                           "whether the software is set up right, what it reaches, what fits and how fast, and what "
+                           "to do next."),
     "fit": CommandEntry("gpufly.cli.advise:fit", "Will MODEL fit on a GPU for this job? Memory breakdown, predicted "
                         "speed, and what would make it fit."),
     "recommend": CommandEntry("gpufly.cli.advise:recommend",

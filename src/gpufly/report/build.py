@@ -1,7 +1,7 @@
 """`gpufly report` assembled: each section computed by the stage that owns it, gathered into one ``Report``.
 
-The CLI only renders a ``Report`` (terminal or ``--json``); everything that decides what goes in it lives here,
-so a notebook, a fleet aggregator or an HTML page gets the same content from ``build_report()``.
+The CLI renders a ``Report`` (terminal, ``--json``, or the page of ``report/html.py``); everything that decides
+what goes in it lives here, so a notebook or a fleet aggregator gets the same content from ``build_report()``.
 """
 
 from __future__ import annotations
@@ -13,63 +13,123 @@ from typing import TYPE_CHECKING, Any
 from gpufly.errors import GpuflyError
 
 if TYPE_CHECKING:
-    from gpufly.bench.results import BenchRun
-    from gpufly.doctor.checks import Finding
+    from gpufly.bench import BenchRun
+    from gpufly.catalog import Catalog
+    from gpufly.doctor import Facts
+    from gpufly.report.actions import Action
     from gpufly.report.machine import MachineReport
-    from gpufly.report.models_fit import ModelFitRow
+    from gpufly.report.models_fit import BuyRow, ModelFitRow
+    from gpufly.report.peers import LadderPlace
+    from gpufly.report.reaches import ReachSection
+    from gpufly.report.setup import SetupSection
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 FAILED_STATUSES = ("failed", "oom", "timeout")
 """Tuner trial statuses that mean the trial did not run to the end."""
+SECTIONS = ("machine", "setup", "reaches", "fits", "next")
+"""The report's sections in the order a person reads them; the HTML page and the terminal both follow it."""
 
 
 @dataclass(frozen=True)
 class TuneSummary:
-    """The best safe configuration of a `gpufly tune` results file, and how the other trials went."""
+    """The best safe configuration of a `gpufly tune` results file, the code that applies it, and how the other
+    trials went."""
 
     trials: int
     best: str
     speedup: float | None
     knobs: dict[str, Any]
+    code: tuple[str, ...]
     unsafe: int
     failed: int
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "code": list(self.code)}
 
 
 @dataclass(frozen=True)
 class Report:
-    """Everything `gpufly report` shows; ``bench``, ``profile`` and ``tune`` are None unless asked for."""
+    """Everything `gpufly report` shows. ``reaches`` is None without --bench or --bench-file; ``buys`` lists GPUs to
+    buy within ``budget_usd`` (on a machine without a catalog GPU, or when a budget is given); ``profile`` and
+    ``tune`` are None unless asked for."""
 
     machine: MachineReport
+    places: list[LadderPlace]
+    setup: SetupSection
     models: list[ModelFitRow]
-    findings: list[Finding]
-    bench: BenchRun | None = None
+    buys: list[BuyRow]
+    budget_usd: float | None
+    actions: list[Action]
+    reaches: ReachSection | None = None
     profile: dict[str, Any] | None = None
     tune: TuneSummary | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema_version": SCHEMA_VERSION, "machine": self.machine.to_dict(),
-                "models": [row.to_dict() for row in self.models], "doctor": [f.to_dict() for f in self.findings],
-                "bench": self.bench.to_dict() if self.bench else None, "profile": self.profile,
-                "tune": self.tune.to_dict() if self.tune else None}
+        from gpufly.report.models_fit import CONTEXT
+
+        return {"schema_version": SCHEMA_VERSION, "sections": list(SECTIONS), "machine": self.machine.to_dict(),
+                "ladder": [place.to_dict() for place in self.places], "setup": self.setup.to_dict(),
+                "reaches": self.reaches.to_dict() if self.reaches else None,
+                "fits": {"context": CONTEXT, "batch": 1, "models": [row.to_dict() for row in self.models],
+                         "budget_usd": self.budget_usd, "buy": [row.to_dict() for row in self.buys]},
+                "next": [action.to_dict() for action in self.actions],
+                "profile": self.profile, "tune": self.tune.to_dict() if self.tune else None}
 
 
-def build_report(bench: bool = False, profile: Path | None = None, tune: Path | None = None) -> Report:
-    """Probe this machine and gather every section. The doctor's part does not import the frameworks (seconds
-    each): it reads their installed files, and `gpufly doctor` is the command that imports them."""
-    from gpufly.doctor.checks import diagnose
-    from gpufly.doctor.probes import probe_all
+def build_report(bench: bool = False, bench_file: Path | None = None, profile: Path | None = None,
+                 tune: Path | None = None, budget_usd: float | None = None) -> Report:
+    """Probe this machine and gather every section. The doctor's part uses its fast path (import_frameworks=False:
+    the frameworks' installed files are read, not imported, which takes seconds each) and the report says so;
+    `gpufly doctor` is the command that imports them. Saved files are read before anything is measured, so a bad
+    path fails at once."""
+    from gpufly.doctor import probe_all
     from gpufly.report.machine import probe_machine
-    from gpufly.report.models_fit import model_fit_rows
 
-    machine = probe_machine()
+    if bench and bench_file is not None:
+        raise GpuflyError("--bench and --bench-file both give the bench section", hint="pass one of them")
+    if budget_usd is not None and budget_usd <= 0:
+        raise GpuflyError(f"--budget must be positive, got {budget_usd:g}", hint="e.g. --budget 2000")
     profiled = profile_summary(profile) if profile else None
     tuned = tune_summary(tune) if tune else None
-    return Report(machine=machine, models=model_fit_rows(machine.gpu_types()),
-                  findings=diagnose(probe_all(import_frameworks=False)), bench=quick_bench() if bench else None,
-                  profile=profiled, tune=tuned)
+    saved = _load_bench(bench_file) if bench_file is not None else None
+    machine = probe_machine()
+    facts = probe_all(import_frameworks=False)
+    run, source = (quick_bench(), "measured now (quick)") if bench else (saved, str(bench_file))
+    return compose(machine, facts, frameworks_imported=False, bench=run, bench_source=source, profile=profiled,
+                   tune=tuned, budget_usd=budget_usd)
+
+
+def _load_bench(path: Path) -> BenchRun:
+    from gpufly.bench import load_run
+
+    return load_run(path)
+
+
+def compose(machine: MachineReport, facts: Facts, *, frameworks_imported: bool, bench: BenchRun | None = None,
+            bench_source: str = "", profile: dict[str, Any] | None = None, tune: TuneSummary | None = None,
+            budget_usd: float | None = None, catalog: Catalog | None = None) -> Report:
+    """The report from facts already gathered: each section computed by the stage that owns it, then the actions
+    they point to, ranked. No probe runs here, so a test composes a report from recorded facts."""
+    from gpufly.catalog import default_catalog
+    from gpufly.report import actions
+    from gpufly.report.models_fit import DEFAULT_BUDGET_USD, buy_rows, model_fit_rows
+    from gpufly.report.peers import ladder_place
+    from gpufly.report.reaches import reach_section
+    from gpufly.report.setup import setup_section
+
+    catalog = catalog or default_catalog()
+    types = machine.gpu_types()
+    places = [ladder_place(spec, catalog.specs) for spec, _ in types]
+    setup = setup_section(facts, frameworks_imported)
+    reaches = reach_section(bench, bench_source) if bench is not None else None
+    models = model_fit_rows(types)
+    budget = budget_usd if budget_usd is not None or types else DEFAULT_BUDGET_USD
+    buys = buy_rows(catalog.specs, budget) if budget is not None else []
+    ranked = actions.rank([*actions.setup_actions(setup), *actions.bench_actions(reaches, bool(machine.gpus)),
+                           *actions.tune_actions(tune), *actions.profile_actions(profile),
+                           *actions.model_actions(models, buys)])
+    return Report(machine=machine, places=places, setup=setup, models=models, buys=buys, budget_usd=budget,
+                  actions=ranked, reaches=reaches, profile=profile, tune=tune)
 
 
 def quick_bench() -> BenchRun:
@@ -83,7 +143,7 @@ def quick_bench() -> BenchRun:
 
 def tune_summary(path: Path) -> TuneSummary:
     """The best safe trial of a tune results file; a file with none is an error that says why."""
-    from gpufly.tune import ResultsLog
+    from gpufly.tune import ResultsLog, code_for
 
     if not path.is_file():
         raise GpuflyError(f"no tune results at {path}", "write them with `gpufly tune WORKLOAD --results FILE`")
@@ -91,6 +151,7 @@ def tune_summary(path: Path) -> TuneSummary:
     best = log.best_safe_or_error()
     done = list(log.done().values())
     return TuneSummary(trials=len(done), best=best.name, speedup=best.speedup, knobs=dict(best.knobs),
+                       code=tuple(code_for(dict(best.knobs))),
                        unsafe=sum(r.status == "unsafe" for r in done),
                        failed=sum(r.status in FAILED_STATUSES for r in done))
 
