@@ -60,6 +60,7 @@ READINGS: tuple[Reading, ...] = (
     ("nvmlDeviceGetMaxPcieLinkWidth", "pcie", (("width_max", ()),), int),
     ("nvmlDeviceGetPersistenceMode", "persistence_mode", PLAIN, int),
     ("nvmlDeviceGetMigMode", "mig_mode", PLAIN, lambda mode: [int(part) for part in mode]),
+    ("nvmlDeviceGetEccMode", "ecc_mode", PLAIN, lambda mode: [int(part) for part in mode]),
     ("nvmlDeviceGetMaxClockInfo", "max_clocks_mhz", (("sm", ("NVML_CLOCK_SM",)), ("mem", ("NVML_CLOCK_MEM",))), int),
     ("nvmlDeviceGetClockInfo", "clocks_mhz", (("sm", ("NVML_CLOCK_SM",)), ("mem", ("NVML_CLOCK_MEM",))), int),
     ("nvmlDeviceGetUtilizationRates", "utilization", PLAIN, lambda rates: [int(rates.gpu), int(rates.memory)]),

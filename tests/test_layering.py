@@ -25,7 +25,7 @@ import pytest
 SRC = Path(__file__).parent.parent / "src" / "gpufly"
 UI = ("typer", "rich", "textual", "gpufly.cli")
 HEAVY = ("torch", "transformers", "matplotlib", "tensorflow", "jax")
-OPTIONAL = ("textual", "prometheus_client", "matplotlib", "gguf", "torch", "transformers")
+OPTIONAL = ("textual", "prometheus_client", "matplotlib", "gguf", "torch", "transformers", "ray")
 BASE = frozenset({"errors", "records", "jsonfile", "loading", "extras", "palette"})
 """Root modules every layer may use: the error type, the record loader, file writing, the function loader, the
 chart colours."""

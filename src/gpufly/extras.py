@@ -17,6 +17,7 @@ EXTRAS = {
     "matplotlib": "charts",
     "gguf": "gguf",
     "torch": "torch",
+    "ray": "ray",
 }
 """Each optional library and the extra that installs it (pyproject.toml's optional-dependencies)."""
 IN_ALL = ("monitor", "charts", "gguf")

@@ -47,6 +47,8 @@ COMMANDS: dict[str, CommandEntry] = {
     "models": CommandEntry("gpufly.cli.advise:models", "List the preset models."),
     "doctor": CommandEntry("gpufly.cli.doctor:doctor", "Find what does not fit together in the driver, CUDA and "
                            "framework stack, and how to fix it."),
+    "fleet": CommandEntry("gpufly.cli.fleet:app", "Many nodes' doctor facts and bench runs side by side: what differs, "
+                          "which GPU falls behind."),
     "install": CommandEntry("gpufly.cli.install:install", "Print the exact pip command that installs FRAMEWORK with "
                             "GPU support for this machine."),
     "bench": CommandEntry("gpufly.cli.bench:bench", "Measure matmul rates per precision, memory and PCIe bandwidth, "

@@ -91,6 +91,7 @@ class GpuFact:
     pcie_width_current: Count | None = None
     pcie_width_max: Count | None = None
     mig_mode: bool | None = None
+    ecc_enabled: bool | None = None
     persistence_mode: bool | None = None
     processes: tuple[ProcessFact, ...] = ()
 

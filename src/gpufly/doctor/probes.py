@@ -133,6 +133,7 @@ def _nvml_gpu(session: Nvml, reader: GpuReader, index: int) -> GpuFact:
         pcie_width_current=device.pcie_width_current,
         pcie_width_max=device.pcie_width_max,
         mig_mode=device.mig_mode,
+        ecc_enabled=device.ecc_mode,
         persistence_mode=device.persistence_mode,
         processes=_nvml_processes(session, gpu),
     )

@@ -43,6 +43,7 @@ Handle = int | tuple[int, int]
 
 GEFORCE_NOT_SUPPORTED: tuple[str, ...] = (
     "nvmlDeviceGetTotalEccErrors",
+    "nvmlDeviceGetEccMode",
     "nvmlDeviceGetMigMode",
     "nvmlDeviceGetEnforcedPowerLimit",
     "nvmlDeviceGetProcessUtilization",
@@ -318,6 +319,10 @@ class FakePynvml:
     def nvmlDeviceGetTotalEccErrors(self, handle: Handle, error_type: int, counter: int) -> int:
         key = "corrected" if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else "uncorrected"
         return self._part(handle, "nvmlDeviceGetTotalEccErrors", "ecc_volatile", key)
+
+    def nvmlDeviceGetEccMode(self, handle: Handle) -> tuple[int, int]:
+        mode = self._field(handle, "nvmlDeviceGetEccMode", "ecc_mode")
+        return tuple(mode) if isinstance(mode, list) else (mode, mode)
 
     # --- MIG
 

@@ -133,6 +133,7 @@ class GpuDevice:
     pcie_width_current: int | None = nvml("nvmlDeviceGetCurrPcieLinkWidth", convert=count)
     pcie_width_max: int | None = nvml("nvmlDeviceGetMaxPcieLinkWidth", convert=count)
     mig_mode: bool | None = nvml("nvmlDeviceGetMigMode", convert=enabled)
+    ecc_mode: bool | None = nvml("nvmlDeviceGetEccMode", convert=enabled)
     persistence_mode: bool | None = nvml("nvmlDeviceGetPersistenceMode", convert=enabled)
     sm_clock_max_mhz: float | None = nvml("nvmlDeviceGetMaxClockInfo", args=("NVML_CLOCK_SM",))
     memory_clock_max_mhz: float | None = nvml("nvmlDeviceGetMaxClockInfo", args=("NVML_CLOCK_MEM",))
