@@ -1,11 +1,17 @@
-"""How far gpufly's estimates are from published measurements: prints median and p90 error.
+"""How far gpufly's estimates are from published measurements, on a fit set and a check set apart.
 
-    python benchmarks/estimate_accuracy.py [--rows DIR] [--detail]
+    python benchmarks/estimate_accuracy.py [--rows DIR] [--detail] [--write-ranges]
 
 Reads the public measurements in ../shared/calibration/ (or --rows DIR) plus benchmarks/rows/*.csv,
-predicts each row with gpufly's advisor (catalog peaks, engines' calibrated constants), and prints
-the absolute percentage error per metric: decode tok/s, prefill tok/s, training throughput, VRAM.
-"decode tok/s, naive" is the common shortcut (bandwidth / weight bytes), printed for comparison.
+predicts each row with gpufly's advisor (catalog peaks, engines' calibrated constants), and prints per
+metric (decode, multi-GPU decode, prefill, inference memory, training memory, training throughput) and
+engine: n, the median and p90 of |error|, and the share of rows inside the prediction's 80% range, on the
+fit set and on the check set separately. SPLIT_RULE puts each row on one side, a whole GPU of a source at
+a time. The 80% ranges (estimate/ranges.py) come from the fit set's residuals only; --write-ranges stores
+them in src/gpufly/estimate/data/ranges.json, which `gpufly fit` reads. Nothing is tuned on the check set.
+"decode, naive" is the common shortcut (bandwidth / weight bytes), printed for comparison.
+A row that cannot be read (a value such as "~500" is read as 500; "n/a" or "OOM" is not a number) is
+skipped and counted, with why, never a crash.
 "fit verdict" checks `gpufly fit`'s verdict on every measured run (each one ran, so it must fit) and on
 the published out-of-memory cells (each must be "does not fit" or a fit within the estimate's error).
 Rows whose GPU or model gpufly does not know are counted as skipped, never guessed.
@@ -15,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
+import math
 import re
 import statistics
 from collections import defaultdict
@@ -30,7 +38,22 @@ from gpufly.estimate.engines import GIB
 from gpufly.estimate.formats import weight_format
 from gpufly.estimate.job import Job
 from gpufly.estimate.memory import inference_memory, weight_bytes
+from gpufly.estimate.ranges import (
+    COVERAGE,
+    RANGES_FILE,
+    Band,
+    Estimate,
+    RangeTable,
+    Residual,
+    Where,
+    bands_from,
+    estimate,
+    regime,
+    where,
+    widening_key,
+)
 from gpufly.estimate.speed import decode_step_s, prefill_s, training_speed
+from gpufly.jsonfile import write_json_atomic
 from gpufly.models.resolve import load_model
 from gpufly.models.spec import ModelSpec
 
@@ -48,15 +71,20 @@ GPU_NAMES = {
     "RTX A6000": "rtx-a6000", "V100 16GB": "v100-sxm2-16gb", "A100 80GB SXM4": "a100-sxm4-80gb",
     "RTX 4090": "rtx-4090", "RTX 3090": "rtx-3090", "A100 40GB PCIe": "a100-pcie-40gb", "A10": "a10",
     "A100 80GB PCIe": "a100-pcie-80gb", "A100 80GB x1": "a100-sxm4-80gb", "A100 80GB x2": "a100-sxm4-80gb",
+    "Quadro RTX 8000": "", "RTX 4000 Ada 20GB": "rtx-4000-ada", "RTX 5000 Ada 32GB": "rtx-5000-ada",
+    "Apple M1 Max 32-Core GPU 64GB": "m1-max", "A100 40GB SXM4": "a100-sxm4-40gb",
 }
 MODEL_NAMES = {
     "Meta-Llama-3-8B": "llama-3.1-8b", "Meta-Llama-3-70B": "llama-3.1-70b",
     "Qwen2.5-0.5B-Instruct": "qwen2.5-0.5b", "Qwen2.5-1.5B-Instruct": "qwen2.5-1.5b",
     "Qwen2.5-3B-Instruct": "qwen2.5-3b", "Qwen2.5-7B-Instruct": "qwen2.5-7b", "Qwen2.5-14B-Instruct": "qwen2.5-14b",
     "Qwen2.5-32B-Instruct": "qwen2.5-32b", "Qwen2.5-72B-Instruct": "qwen2.5-72b",
+    "llama 7B": str(HERE / "rows" / "models" / "codellama-7b.json"),
 }
+"""Model names as the tables print them -> a preset, or a config.json under benchmarks/rows/models/ (each with
+its source in `_source`) for a model gpufly has no preset for."""
 QUANTS = {"Q4_K_M": "q4_k_m", "F16": "f16", "BF16": "bf16", "GPTQ-Int8": "int8", "GPTQ-Int4": "int4",
-          "AWQ": "int4", "amp fp16": "bf16", "fp32": "fp32"}
+          "AWQ": "int4", "amp fp16": "bf16", "fp32": "fp32", "Q8_0": "q8_0", "Q4_0": "q4_0"}
 ENGINES = {"llama.cpp": "llama.cpp", "vLLM 0.6.3": "vllm", "HF transformers": "transformers"}
 XIONGJIEDAI = ("https://github.com/XiongjieDai/GPU-Benchmarks-on-LLM-Inference/blob/"
                "aa72e0ec86c356c41f8281c9733e9a13c3675800/README.md")
@@ -69,19 +97,6 @@ count, engine, model, quant, context, source). The LLaMA 3 NVIDIA table lists 8B
 512, 1024 and 4096 (40.6, 40.3, 39.4 tok/s) and marks tg8192 and pp8192 OOM."""
 
 
-@dataclass
-class Comparison:
-    metric: str
-    group: str
-    predicted: float
-    measured: float
-    row: str
-
-    @property
-    def error(self) -> float:
-        return abs(self.predicted - self.measured) / self.measured
-
-
 class Lookup:
     """GPUs and models by the names the measurement tables use; None where gpufly lacks one."""
 
@@ -90,10 +105,10 @@ class Lookup:
         self.models: dict[str, ModelSpec | None] = {}
 
     def gpu(self, name: str) -> GpuSpec | None:
-        return self.catalog.get(GPU_NAMES.get(name, ""))
+        return self.catalog.get(GPU_NAMES.get(name.strip(), ""))
 
     def model(self, name: str) -> ModelSpec | None:
-        preset = MODEL_NAMES.get(name)
+        preset = MODEL_NAMES.get(name.strip())
         return None if preset is None else self.preset(preset)
 
     def preset(self, preset: str) -> ModelSpec | None:
@@ -105,15 +120,94 @@ class Lookup:
         return self.models[preset]
 
 
+
+SPLIT_RULE = ("check set: rows whose sha256(source_url|gpu|model) is 0 mod 3; fit set: the rest. A model on a GPU "
+              "in one source lands whole on one side, so every source has rows on both sides. The decode, prefill and "
+              "memory constants in estimate/engines.py were fitted before this split on the whole "
+              "../shared/calibration sample (on its check rows they are in-sample); the training MFU and attention "
+              "cost and llama.cpp's pipeline efficiency were fitted on the fit set only")
+
+
+def _hash(row: dict[str, str]) -> int:
+    key = "|".join(row.get(field, "").strip() for field in ("source_url", "gpu", "model"))
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)
+
+
+def side(row: dict[str, str]) -> str:
+    return "check" if _hash(row) % 3 == 0 else "fit"
+
+
+FOLDS = 5
+"""Cross-validation folds over the fit set's (source, GPU, model) groups, to find how much the bands must widen."""
+
+
+_NUMBER = re.compile(r"^[~≈<>]?\s*([0-9][0-9,]*(?:\.[0-9]+)?)\s*(?:±.*|\+-.*)?$")
+
+
+def number(text: str | None) -> float | None:
+    """A published figure as a float: '~500' and '1,234.5' and '74.77 ± 0.10' read as numbers; '' is None.
+    Anything else raises ValueError, which the caller counts as a skipped row."""
+    text = (text or "").strip()
+    if not text:
+        return None
+    match = _NUMBER.match(text)
+    if match is None:
+        raise ValueError(f"not a number: {text!r}")
+    return float(match.group(1).replace(",", ""))
+
+
+def count(text: str | None, default: int) -> int:
+    value = number(text)
+    return default if value is None else int(value)
+
+
+@dataclass
+class Comparison:
+    metric: str
+    engine: str
+    gpus: int
+    predicted: float
+    measured: float
+    row: str
+    side: str
+    where: Where | None = None
+    fold: int = 0
+    range: Estimate | None = None
+
+    @property
+    def error(self) -> float:
+        return abs(self.predicted - self.measured) / self.measured
+
+    @property
+    def label(self) -> str:
+        """The accuracy table's metric: decode and prefill on several GPUs are lines of their own."""
+        return f"multi-GPU {self.metric}" if self.metric in ("decode", "prefill") and self.gpus > 1 else self.metric
+
+    @property
+    def residual(self) -> Residual | None:
+        w = self.where
+        if w is None:
+            return None
+        return Residual(w.metric, w.engine, regime(w.gpus), w.family, w.format, w.params_b,
+                        math.log(self.measured / self.predicted))
+
+
+class Skipped(dict[str, int]):
+    def add(self, why: str) -> None:
+        self[why] = self.get(why, 0) + 1
+
+
 def _rows(folder: Path, name: str) -> Iterator[dict[str, str]]:
     for path in [folder / name, *sorted((HERE / "rows").glob(f"*{name}"))]:
         if path.exists():
-            yield from csv.DictReader(path.open())
+            with path.open(newline="") as handle:
+                yield from csv.DictReader(handle)
 
 
 def _inference_job(row: dict[str, str], gpus: int) -> Job:
-    return Job(quant=QUANTS[row["quant"]], engine=ENGINES[row["engine"]], batch=int(row["batch"]), gpus=gpus,
-               context=max(1, int(row["prompt_tokens"] or 0) + int(row["gen_tokens"] or 0)))
+    context = count(row["prompt_tokens"], 0) + count(row["gen_tokens"], 0)
+    return Job(quant=QUANTS[row["quant"]], engine=ENGINES[row["engine"]], batch=count(row["batch"], 1), gpus=gpus,
+               context=max(1, context))
 
 
 def _mean_decode_position(prompt: int, generated: int, whole_request: bool) -> int:
@@ -123,77 +217,152 @@ def _mean_decode_position(prompt: int, generated: int, whole_request: bool) -> i
     return (prompt if whole_request else 0) + generated // 2
 
 
-def inference_comparisons(folder: Path, lookup: Lookup, skipped: dict[str, int]) -> Iterator[Comparison]:
-    for row in _rows(folder, "llm_inference.csv"):
-        gpu, model = lookup.gpu(row["gpu"]), lookup.model(row["model"])
-        if gpu is None or model is None or row["quant"] not in QUANTS or row["engine"] not in ENGINES:
-            skipped[f"{row['gpu']} / {row['model']}"] += 1
-            continue
-        count = int(row["gpu_count"] or 1)
-        job = _inference_job(row, count)
-        prompt, generated = int(row["prompt_tokens"] or 0), int(row["gen_tokens"] or 0)
-        single = "1 GPU" if count == 1 else f"{count} GPUs"
-        label = f"{row['gpu']} x{count} {row['engine']} {row['model']} {row['quant']} pp{prompt} tg{generated}"
-        whole_request = "includes prefill" in row["notes"]
-        if row["decode_tok_s"]:
-            step = decode_step_s(model, gpu, job, _mean_decode_position(prompt, generated, whole_request))
-            if whole_request:
-                prefill = prefill_s(model, gpu, job, prompt) if prompt > 1 else 0.0
-                if prefill is None:
-                    continue
-                predicted = generated * job.batch / (prefill + generated * step)
-            else:
-                predicted = job.batch / step
-            yield Comparison("decode tok/s", f"{job.engine}, {single}", predicted, float(row["decode_tok_s"]), label)
-            naive = gpu.memory_bandwidth_gbps * 1e9 / weight_bytes(model, weight_format(job.quant))
-            yield Comparison(f"decode tok/s{NAIVE}", f"{job.engine}, {single}", naive, float(row["decode_tok_s"]),
-                             label)
-        if row["prefill_tok_s"]:
-            seconds = prefill_s(model, gpu, job, prompt)
-            if seconds is not None:
-                yield Comparison("prefill tok/s", f"{job.engine}, {single}", prompt * job.batch / seconds,
-                                 float(row["prefill_tok_s"]), label)
+def _inference_row(row: dict[str, str], lookup: Lookup, skipped: Skipped) -> Iterator[Comparison]:
+    gpu, model = lookup.gpu(row["gpu"]), lookup.model(row["model"])
+    if gpu is None or model is None or row["quant"] not in QUANTS or row["engine"] not in ENGINES:
+        skipped.add(f"unknown to gpufly: {row['gpu']} / {row['model']} / {row['quant']} / {row['engine']}")
+        return
+    gpus = count(row["gpu_count"], 1)
+    job = _inference_job(row, gpus)
+    prompt, generated = count(row["prompt_tokens"], 0), count(row["gen_tokens"], 0)
+    label = f"{row['gpu']} x{gpus} {row['engine']} {row['model']} {row['quant']} pp{prompt} tg{generated}"
+    split = side(row)
+    whole_request = "includes prefill" in row["notes"]
+    decode, prefill = number(row["decode_tok_s"]), number(row["prefill_tok_s"])
+    if decode:
+        step = decode_step_s(model, gpu, job, _mean_decode_position(prompt, generated, whole_request))
+        if whole_request:
+            seconds = prefill_s(model, gpu, job, prompt) if prompt > 1 else 0.0
+            if seconds is None:
+                skipped.add(f"no tensor rate for {gpu.name}")
+                return
+            predicted = generated * job.batch / (seconds + generated * step)
+        else:
+            predicted = job.batch / step
+        yield Comparison("decode", job.engine, gpus, predicted, decode, label, split,
+                         where("decode", model, gpu, job))
+        naive = gpu.memory_bandwidth_gbps * 1e9 / weight_bytes(model, weight_format(job.quant))
+        yield Comparison(f"decode{NAIVE}", job.engine, gpus, naive, decode, label, split)
+    if prefill:
+        seconds = prefill_s(model, gpu, job, prompt)
+        if seconds is None:
+            skipped.add(f"no tensor rate for {gpu.name}")
+        else:
+            yield Comparison("prefill", job.engine, gpus, prompt * job.batch / seconds, prefill, label, split,
+                             where("prefill", model, gpu, job))
 
 
-def vram_comparisons(folder: Path, lookup: Lookup, skipped: dict[str, int]) -> Iterator[Comparison]:
+def _vram_row(row: dict[str, str], lookup: Lookup, skipped: Skipped) -> Iterator[Comparison]:
     """Rows measured with torch.cuda.max_memory_allocated: compare without context and allocator."""
-    for row in _rows(folder, "vram_measured.csv"):
-        model = lookup.model(row["model"])
-        tokens = [int(t) for t in re.findall(r"\d+", row["seq_len"])]
-        if model is None or row["precision"] not in QUANTS or not tokens:
-            skipped[f"VRAM {row['model']}"] += 1
-            continue
-        gpus = int(re.search(r"x(\d+)", row["gpu"]).group(1)) if "x" in row["gpu"] else 1
-        job = Job(quant=QUANTS[row["precision"]], context=sum(tokens), batch=int(row["batch"]), gpus=gpus)
-        breakdown = inference_memory(model, job)
-        predicted = breakdown.without("runtime", "allocator") * gpus / GIB
-        yield Comparison("VRAM GiB", "transformers (allocated)", predicted, float(row["measured_vram_gb"]),
-                         f"{row['model']} {row['precision']} {row['seq_len']} on {row['gpu']}")
+    model = lookup.model(row["model"])
+    tokens = [int(t) for t in re.findall(r"\d+", row["seq_len"])]
+    if model is None or row["precision"] not in QUANTS or not tokens:
+        skipped.add(f"VRAM row unknown to gpufly: {row['model']} / {row['precision']}")
+        return
+    found = re.search(r"x(\d+)", row["gpu"])
+    gpus = int(found.group(1)) if found else 1
+    training = not row["task"].startswith("inference")
+    job = Job(quant=QUANTS[row["precision"]], context=sum(tokens), batch=count(row["batch"], 1), gpus=gpus)
+    if training:
+        skipped.add("training-memory row (no parser for its recipe yet)")
+        return
+    breakdown = inference_memory(model, job)
+    predicted = breakdown.without("runtime", "allocator") * gpus / GIB
+    gpu = lookup.gpu(row["gpu"])
+    measured = number(row["measured_vram_gb"])
+    if gpu is None or measured is None:
+        skipped.add(f"VRAM row without a known GPU or value: {row['gpu']}")
+        return
+    yield Comparison("inference memory", "transformers", gpus, predicted, measured,
+                     f"{row['model']} {row['precision']} {row['seq_len']} on {row['gpu']}",
+                     side(row), where("inference memory", model, gpu, job))
 
 
-def training_comparisons(folder: Path, lookup: Lookup, skipped: dict[str, int]) -> Iterator[Comparison]:
-    for row in _rows(folder, "training_throughput.csv"):
-        gpu = lookup.gpu(row["gpu"])
-        name = row["model"].split()[0]
-        preset = {"resnet50": "resnet-50", "bert-base-uncased": "bert-base-uncased",
-                  "bert-large-uncased": "bert-large-uncased"}.get(name)
-        if gpu is None or preset is None:
-            skipped[f"training {row['gpu']} / {name}"] += 1
-            continue
-        model = lookup.preset(preset)
-        if model is None:
-            skipped[f"training {name} (needs torch)"] += 1
-            continue
-        seq = re.search(r"seq (\d+)", row["seq_len_or_image_size"])
-        job = Job(task="full", mixed_precision=row["precision"] != "fp32", batch=int(row["batch_size"]),
-                  context=int(seq.group(1)) if seq else 1, gpus=int(row["gpu_count"]))
-        predicted = training_speed(model, gpu, job)
-        value = predicted.train_samples_s
-        if value is None:
-            skipped[f"training {row['gpu']} (no tensor rate)"] += 1
-            continue
-        yield Comparison("training samples/s", f"{name} {row['precision']}", value, float(row["throughput"]),
-                         f"{row['gpu']} x{row['gpu_count']} {name} {row['precision']}")
+TRAINING_PRESETS = {"resnet50": "resnet-50", "bert-base-uncased": "bert-base-uncased",
+                    "bert-large-uncased": "bert-large-uncased",
+                    **{f"mpt-{size}": str(HERE / "rows" / "models" / f"mpt-{size}.json")
+                       for size in ("125m", "350m", "760m", "1b", "3b", "7b", "13b", "30b", "70b")}}
+"""Training tables' model names -> a preset, or a config.json under benchmarks/rows/models/."""
+
+
+def _training_row(row: dict[str, str], lookup: Lookup, skipped: Skipped) -> Iterator[Comparison]:
+    gpu = lookup.gpu(row["gpu"])
+    name = row["model"].split()[0]
+    preset = TRAINING_PRESETS.get(name)
+    if gpu is None or preset is None:
+        skipped.add(f"training row unknown to gpufly: {row['gpu']} / {name}")
+        return
+    model = lookup.preset(preset)
+    if model is None:
+        skipped.add(f"training {name} (needs torch)")
+        return
+    seq = re.search(r"seq (\d+)", row["seq_len_or_image_size"])
+    gpus = count(row["gpu_count"], 1)
+    job = Job(task="full", mixed_precision=row["precision"] != "fp32", batch=count(row["batch_size"], 1),
+              context=int(seq.group(1)) if seq else 1, gpus=gpus,
+              checkpointing="activation checkpointing: True" in row["notes"])
+    predicted = training_speed(model, gpu, job)
+    value = predicted.train_tokens_s if row["unit"] == "tokens/s" else predicted.train_samples_s
+    measured = number(row["throughput"])
+    if value is None or measured is None:
+        skipped.add(f"training {row['gpu']} (no tensor rate or no value)")
+        return
+    yield Comparison("training throughput", "training", gpus, value, measured,
+                     f"{row['gpu']} x{gpus} {name} {row['precision']}", side(row),
+                     where("training throughput", model, gpu, job))
+
+
+READERS = (("llm_inference.csv", _inference_row), ("vram_measured.csv", _vram_row),
+           ("training_throughput.csv", _training_row))
+
+
+def comparisons(folder: Path, lookup: Lookup, skipped: Skipped) -> list[Comparison]:
+    """Every row's predictions; a row that cannot be read is skipped and counted with why, never a crash."""
+    found: list[Comparison] = []
+    for name, reader in READERS:
+        for row in _rows(folder, name):
+            try:
+                made = list(reader(row, lookup, skipped))
+                for c in made:
+                    c.fold = _hash(row) // 3 % FOLDS
+                found += made
+            except (GpuflyError, ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
+                skipped.add(f"{name}: {type(exc).__name__}: {str(exc)[:60]}")
+    return found
+
+
+WIDENINGS = tuple(1 + step / 20 for step in range(41))
+"""The widening factors tried, 1.0 to 3.0."""
+
+
+def cross_validated_widening(fit_rows: list[Comparison], rule: str) -> tuple[tuple[str, float], ...]:
+    """Per metric and regime, the smallest widening at which bands computed without a fold hold COVERAGE of that
+    fold's rows, over all folds of the fit set: the check set plays no part."""
+    ranged = [c for c in fit_rows if c.where is not None]
+    held_out: list[tuple[Comparison, tuple[Band, ...]]] = []
+    for fold in range(FOLDS):
+        rest = [r for c in ranged if c.fold != fold and (r := c.residual) is not None]
+        bands = tuple(bands_from(rest))
+        held_out += [(c, bands) for c in ranged if c.fold == fold]
+    found = []
+    for key in sorted({widening_key(c.where) for c, _ in held_out if c.where}):
+        rows = [(c, bands) for c, bands in held_out if c.where and widening_key(c.where) == key]
+        chosen = WIDENINGS[-1]
+        for widening in WIDENINGS:
+            table_for = {id(bands): RangeTable(bands, rule, ((key, widening),)) for _, bands in rows}
+            inside = sum(estimate(c.predicted, c.where, table_for[id(bands)]).contains(c.measured)
+                         for c, bands in rows if c.where)
+            if inside / len(rows) >= COVERAGE:
+                chosen = widening
+                break
+        found.append((key, chosen))
+    return tuple(found)
+
+
+def with_ranges(found: list[Comparison], table: RangeTable) -> None:
+    for c in found:
+        if c.where is not None:
+            c.range = estimate(c.predicted, c.where, table)
 
 
 @dataclass
@@ -215,20 +384,23 @@ def verdict_checks(folder: Path, lookup: Lookup) -> Iterator[Verdict]:
         gpu, model = lookup.gpu(row["gpu"]), lookup.model(row["model"])
         if gpu is None or model is None or row["quant"] not in QUANTS or row["engine"] not in ENGINES:
             continue
-        prompt, generated = int(row["prompt_tokens"] or 0), int(row["gen_tokens"] or 0)
-        whole_request = "includes prefill" in row["notes"]
-        job = _inference_job(row, int(row["gpu_count"] or 1))
-        if not whole_request:
-            job = job.with_(context=max(1, prompt, generated))
-        yield Verdict("ran", _predicted(model, gpu, job),
+        try:
+            prompt, generated = count(row["prompt_tokens"], 0), count(row["gen_tokens"], 0)
+            job = _inference_job(row, count(row["gpu_count"], 1))
+            if "includes prefill" not in row["notes"]:
+                job = job.with_(context=max(1, prompt, generated))
+            predicted = _predicted(model, gpu, job)
+        except (GpuflyError, ValueError):
+            continue
+        yield Verdict("ran", predicted,
                       f"{row['gpu']} x{job.gpus} {row['engine']} {row['model']} {row['quant']} ctx {job.context}")
-    for observed, gpu_name, count, engine, model_name, quant, context, _ in MEMORY_OBSERVATIONS:
+    for observed, gpu_name, gpus, engine, model_name, quant, context, _ in MEMORY_OBSERVATIONS:
         gpu, model = lookup.gpu(gpu_name), lookup.model(model_name)
         if gpu is None or model is None:
             continue
-        job = Job(quant=QUANTS[quant], engine=ENGINES[engine], context=context, gpus=count)
+        job = Job(quant=QUANTS[quant], engine=ENGINES[engine], context=context, gpus=gpus)
         yield Verdict(observed, _predicted(model, gpu, job),
-                      f"{gpu_name} x{count} {engine} {model_name} {quant} ctx {context}")
+                      f"{gpu_name} x{gpus} {engine} {model_name} {quant} ctx {context}")
 
 
 def _print_verdicts(verdicts: list[Verdict], detail: bool) -> None:
@@ -251,32 +423,85 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
+TABLE_ORDER = ("decode", "multi-GPU decode", "prefill", "multi-GPU prefill", "inference memory", "training memory",
+               "training throughput", f"decode{NAIVE}")
+
+
+def accuracy_table(found: list[Comparison]) -> list[tuple[str, str, str, int, float, float, float | None]]:
+    """(set, metric, engine, n, median |err|, p90 |err|, share inside the 80% range) per metric and engine, and
+    per metric over all engines; the naive decode shortcut has no range."""
+    groups: dict[tuple[str, str, str], list[Comparison]] = defaultdict(list)
+    for c in found:
+        groups[(c.side, c.label, c.engine)].append(c)
+        groups[(c.side, c.label, "all")].append(c)
+    lines = []
+    for (split, metric, engine_name), items in sorted(
+            groups.items(), key=lambda kv: (kv[0][0] != "fit", TABLE_ORDER.index(kv[0][1]), kv[0][2] != "all",
+                                            kv[0][2])):
+        errors = [c.error for c in items]
+        ranged = [c for c in items if c.range is not None]
+        inside = sum(c.range.contains(c.measured) for c in ranged if c.range) / len(ranged) if ranged else None
+        lines.append((split, metric, engine_name, len(items), statistics.median(errors), percentile(errors, 0.9),
+                      inside))
+    return lines
+
+
+def print_table(found: list[Comparison]) -> None:
+    print(f"{'set':<6} {'metric':<22} {'engine':<13} {'n':>4} {'median |err|':>13} {'p90 |err|':>10} "
+          f"{'in 80% range':>13}")
+    for split, metric, engine_name, n, median, p90, inside in accuracy_table(found):
+        shown = "-" if inside is None else f"{inside:.0%}"
+        print(f"{split:<6} {metric:<22} {engine_name:<13} {n:>4} {median:>13.1%} {p90:>10.1%} {shown:>13}")
+    for split in ("fit", "check"):
+        ranged = [c for c in found if c.side == split and c.range is not None]
+        if ranged:
+            inside = sum(c.range.contains(c.measured) for c in ranged if c.range) / len(ranged)
+            print(f"{split} set: {inside:.1%} of {len(ranged)} rows inside their {COVERAGE:.0%} range")
+
+
+def print_worst(found: list[Comparison], per_set: int) -> None:
+    print(f"worst rows (largest |error|, {per_set} per set):")
+    for split in ("fit", "check"):
+        rows = sorted((c for c in found if c.side == split and c.range is not None), key=lambda c: -c.error)
+        for c in rows[:per_set]:
+            r = c.range
+            assert r is not None
+            print(f"  {split:<5} {c.label:<18} {c.error:>6.1%} predicted {c.predicted:>9.1f} "
+                  f"({r.low:,.1f}-{r.high:,.1f}) measured {c.measured:>9.1f}  {c.row}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=Path, default=DEFAULT_ROWS)
     parser.add_argument("--detail", action="store_true", help="print every row's prediction")
+    parser.add_argument("--write-ranges", action="store_true",
+                        help=f"store the fit set's residual bands in {RANGES_FILE.relative_to(HERE.parent)}")
     args = parser.parse_args()
     lookup = Lookup()
-    skipped: dict[str, int] = defaultdict(int)
-    comparisons = [*inference_comparisons(args.rows, lookup, skipped), *vram_comparisons(args.rows, lookup, skipped),
-                   *training_comparisons(args.rows, lookup, skipped)]
+    skipped = Skipped()
+    found = comparisons(args.rows, lookup, skipped)
+    fit_residuals = [r for c in found if c.side == "fit" and (r := c.residual) is not None]
+    widening = cross_validated_widening([c for c in found if c.side == "fit"], SPLIT_RULE)
+    table = RangeTable(tuple(bands_from(fit_residuals)), SPLIT_RULE, widening)
+    print(f"# bands widened (log ratio) by the smallest factor at which {FOLDS}-fold cross-validation over the fit "
+          f"set's GPUs holds {COVERAGE:.0%}: " + ", ".join(f"{metric} {factor:.2f}x" for metric, factor in widening))
+    if args.write_ranges:
+        write_json_atomic(RANGES_FILE, table.to_dict(), hint="check that src/gpufly/estimate/data is writable",
+                          parents=True)
+    with_ranges(found, table)
     if args.detail:
-        for c in sorted(comparisons, key=lambda c: (c.metric, -c.error)):
-            print(f"{c.metric:<20} {c.error:>6.1%}  predicted {c.predicted:>9.1f} measured {c.measured:>9.1f}  {c.row}")
+        for c in sorted(found, key=lambda c: (c.side, c.label, -c.error)):
+            shown = f"({c.range.low:,.1f}-{c.range.high:,.1f})" if c.range else ""
+            print(f"{c.side:<5} {c.label:<22} {c.error:>6.1%}  predicted {c.predicted:>9.1f} {shown:<22} "
+                  f"measured {c.measured:>9.1f}  {c.row}")
         print()
-    groups: dict[tuple[str, str], list[Comparison]] = defaultdict(list)
-    for c in comparisons:
-        groups[(c.metric, c.group)].append(c)
-        groups[(c.metric, "all")].append(c)
-    measured = [c for c in comparisons if not c.metric.endswith(NAIVE)]
-    print(f"# gpufly estimate accuracy against {len(measured)} published measurements ({args.rows}); "
-          f"the naive predictor's {len(comparisons) - len(measured)} comparisons reuse the decode rows")
-    print(f"{'metric':<20} {'group':<32} {'rows':>5} {'median err':>11} {'p90 err':>8} {'median bias':>12}")
-    for (metric, group), items in sorted(groups.items()):
-        errors = [c.error for c in items]
-        bias = statistics.median((c.predicted - c.measured) / c.measured for c in items)
-        print(f"{metric:<20} {group:<32} {len(items):>5} {statistics.median(errors):>11.1%} "
-              f"{percentile(errors, 0.9):>8.1%} {bias:>+12.1%}")
+    measured = [c for c in found if not c.metric.endswith(NAIVE)]
+    print(f"# gpufly estimate accuracy against {len(measured)} published measurements ({args.rows} and "
+          f"benchmarks/rows/): {sum(c.side == 'fit' for c in measured)} fit rows, "
+          f"{sum(c.side == 'check' for c in measured)} check rows")
+    print(f"# split: {SPLIT_RULE}")
+    print_table(found)
+    print_worst(found, 6)
     _print_verdicts(list(verdict_checks(args.rows, lookup)), args.detail)
     if skipped:
         print(f"skipped {sum(skipped.values())} rows: " + "; ".join(f"{k} ({v})" for k, v in sorted(skipped.items())))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -232,12 +233,13 @@ class Config:
       "--gpu", "4090"), "the field 'hidden_size' must be a positive whole number, got -1"),
     pytest.param(("fit", Config({"model_type": "mamba", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 100,
                                  "state_size": -3}), "--gpu", "4090"),
-                 "transformers cannot build this mamba model (RuntimeError", marks=needs_transformers),
+                 "transformers cannot build this mamba model (RuntimeError",
+                 marks=[needs_transformers, pytest.mark.slow]),
     (("fit", Config({**NEOX, "num_attention_heads": 0}), "--gpu", "4090"), "'num_attention_heads' must be a positive"),
     (("fit", LLAMA, "--gpu", "4090", "--task", "lora", "--lora-targets", "qproj"),
      "error: unknown LoRA target module 'qproj'; did you mean q_proj"),
     pytest.param(("fit", "resnet-50", "--gpu", "4090", "--task", "lora"), "has none of the default LoRA targets",
-                 marks=needs_torch),
+                 marks=[needs_torch, pytest.mark.slow]),
     (("fit", LLAMA, "--gpu", "5xH100 SXM", "--engine", "vllm"),
      "error: vLLM cannot split llama-3.1-8b's 32 attention heads and 8 KV heads across 5 GPUs"),
     (("fit", LLAMA, "--gpu", "4090", "--engine", "vllm", "--gpu-memory-utilization", "2"),
@@ -390,3 +392,51 @@ def test_a_hugging_face_repo_id_is_read_from_the_local_cache(cli, monkeypatch, t
     (snapshot / "config.json").write_text(json.dumps(BASE))
     found = json.loads(cli("fit", "acme/tiny-llama", "--gpu", "4090", "--json").stdout)
     assert found["model"]["params"] == 8030261248 and found["model"]["source"] == "hf-cache:acme/tiny-llama"
+
+
+def test_fit_prints_each_number_with_its_80_percent_range_and_basis(cli) -> None:
+    result = cli("fit", LLAMA, "--gpu", "a100-sxm4-80gb", "--quant", "q4_k_m")
+    assert result.code == 0, result.stderr
+    assert re.search(r"decode [\d,]+ tok/s \([\d,.]+-[\d,.]+, 80% range\)", result.stdout)
+    assert re.search(r"total .*; [\d.]+-[\d.]+ GiB, 80% range", result.stdout)
+    assert re.search(r"range: \d+ fit rows, llama.cpp decode, 1 GPU", result.stdout)
+
+
+def test_fit_json_gives_value_low_high_coverage_and_basis(cli) -> None:
+    data = json.loads(cli("fit", LLAMA, "--gpu", "4090", "--json").stdout)
+    decode = data["results"][0]["speed_ranges"]["decode_tok_s"]
+    assert decode["low"] < decode["value"] < decode["high"] and decode["coverage"] == 0.8
+    assert {"rows", "group", "widened", "widened_for", "text"} <= set(decode["basis"])
+
+
+def test_a_job_that_does_not_fit_labels_its_ranged_speed_hypothetical(cli) -> None:
+    result = cli("fit", LLAMA, "--gpu", "rtx 3060", "--task", "full", "--ctx", "2048")
+    assert result.code == 1
+    assert re.search(r"speed if it fit \(hypothetical: it does not fit\): .*80% range", result.stdout)
+
+
+def test_recommend_shows_each_speed_with_its_range(cli) -> None:
+    result = cli("recommend", LLAMA, "--engine", "vllm", "--top", "3")
+    assert result.code == 0, result.stderr
+    assert re.search(r"[\d,]+ tok/s \([\d,.]+-[\d,.]+, 80% range\)", result.stdout)
+
+
+def test_calibrate_narrows_the_speed_ranges_and_says_by_how_much(cli, tmp_path) -> None:
+    from gpufly.estimate.calibrate import TYPICAL_COPY_SHARE, TYPICAL_GEMM_SHARE
+    from tests.estimate.test_calibrate import gpu_run
+
+    run = gpu_run(TYPICAL_GEMM_SHARE * 209.5e12, TYPICAL_COPY_SHARE * 1792e9)
+    run["device"].update(name="NVIDIA GeForce RTX 5090", catalog_id="rtx-5090")
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(run))
+    args = ("fit", LLAMA, "--gpu", "5090", "--engine", "vllm")
+    datasheet = json.loads(cli(*args, "--json").stdout)["results"][0]["speed_ranges"]["decode_tok_s"]
+    assert "no fit rows on Blackwell GPUs" in datasheet["basis"]["widened_for"]
+    result = json.loads(cli(*args, "--json", "--calibrate", str(path)).stdout)["results"][0]
+    decode = result["calibration"]["decode_tok_s"]
+    assert decode["datasheet_low"] < decode["low"] and decode["high"] < decode["datasheet_high"]
+    assert 0 < decode["narrower_by"] < 1
+    assert result["speed_ranges"]["decode_tok_s"]["basis"]["narrowed"]
+    text = cli(*args, "--calibrate", str(path)).stdout
+    assert re.search(r"calibrated range: decode [\d.,]+-[\d.,]+ tok/s \(datasheet [\d.,]+-[\d.,]+\): \d+% narrower",
+                     text)

@@ -49,3 +49,25 @@ def test_fit_predicts_from_the_measured_card(cli, tmp_path) -> None:
     datasheet = json.loads(cli(*args).stdout)["results"][0]["speed"]["decode_tok_s"]
     measured = json.loads(cli(*args, "--calibrate", str(path)).stdout)["results"][0]["speed"]["decode_tok_s"]
     assert measured < 0.6 * datasheet
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda data: data["device"].update(catalog_id=4090), "device.catalog_id must be a string, got 4090"),
+    (lambda data: data["results"][0].update(value="fast"), 'results[0].value must be a number, got "fast"'),
+    (lambda data: data["results"][0].update(value=float("inf")), "results[0].value is not valid"),
+    (lambda data: data["results"][0].update(value=None), "results[0].value must be a number, got null"),
+])
+def test_a_bench_file_with_a_wrong_field_is_one_error_naming_it(cli, tmp_path: Path, change, message: str) -> None:
+    data = gpu_run(1e14, 9e11)
+    change(data)
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(data))
+    result = cli("fit", "llama-3.1-8b", "--gpu", "4090", "--calibrate", str(path))
+    lines = result.stderr.strip().splitlines()
+    assert result.code == 2 and "Traceback" not in result.stderr, result.stderr
+    assert len(lines) == 2 and message in lines[0] and lines[1].startswith("hint: "), lines
+
+
+def test_a_run_whose_figures_are_all_zero_calibrates_nothing(catalog) -> None:
+    with pytest.raises(GpuflyError, match="no GEMM or memory figure"):
+        calibrated_gpu(catalog.get("4090"), BenchRun.from_dict(gpu_run(0.0, 0.0)))

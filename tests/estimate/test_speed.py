@@ -12,7 +12,14 @@ from gpufly.estimate import engines
 from gpufly.estimate.advise import fit, largest, parse_gpu, recommend
 from gpufly.estimate.formats import weight_format
 from gpufly.estimate.job import Job
-from gpufly.estimate.speed import decode_step_s, decode_weight_bytes, peak_flops, prefill_flops, training_speed
+from gpufly.estimate.speed import (
+    decode_step_s,
+    decode_weight_bytes,
+    peak_flops,
+    prefill_flops,
+    prefill_parallelism,
+    training_speed,
+)
 from gpufly.models.hf_config import load_config_file, spec_from_config
 
 CONFIGS = Path(__file__).parent.parent / "fixtures" / "configs"
@@ -111,3 +118,13 @@ def test_recommend_takes_the_fewest_gpus_that_fit(catalog) -> None:
         if pick.fit.job.gpus > 1:
             fewer = replace(pick.fit.job, gpus=pick.fit.job.gpus // 2, zero=3 if pick.fit.job.gpus > 2 else 0)
             assert not fit(LLAMA, pick.fit.gpu, fewer).fits
+
+
+def test_llama_cpp_pipelines_a_long_prompt_across_its_layer_split() -> None:
+    llama_cpp, transformers = engines.engine("llama.cpp"), engines.engine("transformers")
+    assert prefill_parallelism(llama_cpp, 8, 512) == 1, "one micro-batch has nothing to overlap"
+    ideal = 8 * 8 / (8 + 8 - 1)
+    assert prefill_parallelism(llama_cpp, 8, 4096) == pytest.approx(1 + (ideal - 1) * llama_cpp.pipeline_efficiency)
+    assert prefill_parallelism(llama_cpp, 1, 4096) == 1
+    assert prefill_parallelism(transformers, 4, 4096) == 1, "transformers' device_map runs the GPUs in turn"
+    assert prefill_parallelism(engines.engine("vllm"), 4, 4096) == 4, "tensor parallelism splits every matmul"

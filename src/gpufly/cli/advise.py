@@ -18,7 +18,8 @@ from gpufly.estimate.job import DEFAULT_LORA_TARGETS, Job
 
 if TYPE_CHECKING:
     from gpufly.catalog import Catalog, GpuSpec
-    from gpufly.estimate.advise import Change, Fit, GpuChoice, Ranking
+    from gpufly.estimate.advise import Change, Fit, GpuChoice, Pick, Ranking
+    from gpufly.estimate.ranges import Estimate
     from gpufly.models.spec import ModelSpec
 
 SCHEMA_VERSION = 1
@@ -85,21 +86,37 @@ def _gib(value: int | float) -> str:
     return f"{value / GIB:,.2f}"
 
 
-def _rate(value: float | None, unit: str) -> str:
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if value >= 10 else f"{value:,.1f}" if value >= 1 else f"{value:,.2f}"
+
+
+def _rate(value: float | None, unit: str, estimate: Estimate | None = None) -> str:
+    """``37 tok/s``, or with its range ``37 tok/s (29-44, 80% range)``."""
     if value is None:
         return MISSING
-    return f"{value:,.0f} {unit}" if value >= 10 else f"{value:,.1f} {unit}"
+    shown = f"{_number(value)} {unit}"
+    if estimate is None:
+        return shown
+    return f"{shown} ({_number(estimate.low)}-{_number(estimate.high)}, {estimate.coverage:.0%} range)"
+
+
+def _bases(verdict: Fit) -> list[str]:
+    """One line per distinct basis of the ranges shown: how many fit rows, which group, what widened it."""
+    shown = [*([verdict.memory_range] if verdict.memory_range else []), *verdict.speed_ranges.values()]
+    return list(dict.fromkeys(e.basis.text() for e in shown))
 
 
 def _speed_line(verdict: Fit) -> str:
     """The predicted speed; for a job that does not fit, labelled as what it would be if it fit."""
-    s = verdict.speed
+    s, ranges = verdict.speed, verdict.speed_ranges
     if verdict.job.training:
-        line = _rate(s.train_tokens_s, "tokens/s") if s.train_tokens_s else _rate(s.train_samples_s, "samples/s")
+        line = (_rate(s.train_tokens_s, "tokens/s", ranges.get("train_tokens_s")) if s.train_tokens_s
+                else _rate(s.train_samples_s, "samples/s", ranges.get("train_samples_s")))
     else:
-        ttft = f", first token after {s.time_to_first_token_s:.2f} s" if s.time_to_first_token_s else ""
-        line = (f"decode {_rate(s.decode_tok_s, 'tok/s')} at the end of the context, prefill "
-                f"{_rate(s.prefill_tok_s, 'tok/s')}{ttft}")
+        ttft = (f", first token after {_rate(s.time_to_first_token_s, 's', ranges.get('time_to_first_token_s'))}"
+                if s.time_to_first_token_s else "")
+        line = (f"decode {_rate(s.decode_tok_s, 'tok/s', ranges.get('decode_tok_s'))} at the end of the context, "
+                f"prefill {_rate(s.prefill_tok_s, 'tok/s', ranges.get('prefill_tok_s'))}{ttft}")
     label = "speed" if verdict.fits else "speed if it fit (hypothetical: it does not fit)"
     bound = f"; bound by {s.bound}" if s.bound and not verdict.job.training else ""
     return (f"{label}: {line}" + (f" ({s.why})" if s.why else "") + f"  [roofline with calibrated efficiencies"
@@ -116,12 +133,16 @@ def render_fit(verdict: Fit, changes: list[Change], out: Console) -> None:
     table.add_column("how")
     for item in verdict.memory.items:
         table.add_row(item.name, _gib(item.bytes), item.note)
-    table.add_row("total", _gib(verdict.memory.total_bytes), f"of {verdict.capacity_bytes / GIB:.1f} GiB",
-                  style="bold")
+    spread = verdict.memory_range
+    of = f"of {verdict.capacity_bytes / GIB:.1f} GiB"
+    table.add_row("total", _gib(verdict.memory.total_bytes), of if spread is None else
+                  f"{of}; {_gib(spread.low)}-{_gib(spread.high)} GiB, {spread.coverage:.0%} range", style="bold")
     out.print(table)
     for note in verdict.memory.notes:
         out.print(f"note: {note}", markup=False)
     out.print(_speed_line(verdict), markup=False)
+    for basis in _bases(verdict):
+        out.print(f"range: {basis}  [docs/calibration.md]", markup=False)
     if not verdict.fits and not changes:
         out.print("none of the changes gpufly tries lowers what this job needs per GPU")
     elif not verdict.fits and not any(change.fit.fits for change in changes):
@@ -256,24 +277,57 @@ def fit(
         _catalog_view(spec, base, catalog, solve, json_out, out)
         return
     results = []
+    narrowed: list[dict[str, dict[str, float]]] = []
     for target in targets:
         job = base.with_(gpus=target.count)
-        verdict = fit_one(spec, target.spec, job)
+        verdict = fit_one(spec, target.spec, job, calibrated=calibrate is not None)
         results.append((target, verdict, changes(verdict), _solve(spec, target.spec, job, solve)))
+        if calibrate is not None:
+            narrowed.append(_narrowing(verdict, fit_one(spec, catalog.get(target.spec.id), job)))
     solving = any(solve.values())
     answered = all(value is not None for *_, solved in results for value in solved.values())
     ok = answered if solving else all(verdict.fits for _, verdict, _, _ in results)
     if json_out:
         print_json({"schema_version": SCHEMA_VERSION, "model": spec.to_dict(), "job": base.to_dict(),
                     "results": [{**solved, **v.to_dict(), "assumed": target.assumed,
-                                 "changes": [c.to_dict() for c in ch]} for target, v, ch, solved in results]})
+                                 "changes": [c.to_dict() for c in ch],
+                                 **({"calibration": narrowed[i]} if narrowed else {})}
+                                for i, (target, v, ch, solved) in enumerate(results)]})
     else:
         for note in calibration:
             out.print(f"calibrated: {note}")
-        for _, verdict, found_changes, solved in results:
+        for i, (_, verdict, found_changes, solved) in enumerate(results):
             _render_result(spec, verdict, found_changes, solved, out)
+            for line in _narrowing_lines(narrowed[i] if narrowed else {}):
+                out.print(line, markup=False)
     if not ok:
         raise typer.Exit(1)
+
+
+def _narrowing(calibrated: Fit, datasheet: Fit) -> dict[str, dict[str, float]]:
+    """Per predicted speed: its range from the datasheet and from the measured card, and how much narrower (in log
+    width, so 0.3 means the high/low ratio's logarithm shrank by 30%)."""
+    found = {}
+    for name, measured in calibrated.speed_ranges.items():
+        paper = datasheet.speed_ranges.get(name)
+        if paper is None or paper.low <= 0 or measured.low <= 0:
+            continue
+        width = math.log(paper.high / paper.low)
+        found[name] = {"datasheet_low": paper.low, "datasheet_high": paper.high, "low": measured.low,
+                       "high": measured.high,
+                       "narrower_by": 1 - math.log(measured.high / measured.low) / width if width else 0.0}
+    return found
+
+
+NARROWED_LABELS = {"decode_tok_s": ("decode", "tok/s"), "prefill_tok_s": ("prefill", "tok/s"),
+                   "time_to_first_token_s": ("first token", "s"), "train_tokens_s": ("training", "tokens/s"),
+                   "train_samples_s": ("training", "samples/s")}
+
+
+def _narrowing_lines(narrowed: dict[str, dict[str, float]]) -> list[str]:
+    return [f"calibrated range: {NARROWED_LABELS[name][0]} {_number(n['low'])}-{_number(n['high'])} "
+            f"{NARROWED_LABELS[name][1]} (datasheet {_number(n['datasheet_low'])}-{_number(n['datasheet_high'])}): "
+            f"{n['narrower_by']:.0%} narrower" for name, n in narrowed.items()]
 
 
 def _render_result(spec: ModelSpec, verdict: Fit, found_changes: list[Change], solved: dict[str, int | None],
@@ -337,6 +391,15 @@ def recommend(
     _render_ranking(ranking, budget, top, out)
 
 
+HEADLINE_RANGES = {"tok/s (decode)": "decode_tok_s", "tokens/s (train)": "train_tokens_s",
+                   "samples/s (train)": "train_samples_s"}
+"""The ``speed_ranges`` key of each ranking unit (estimate.advise.headline)."""
+
+
+def _headline_range(pick: Pick) -> Estimate | None:
+    return pick.fit.speed_ranges.get(HEADLINE_RANGES.get(pick.unit, ""))
+
+
 def _render_ranking(ranking: Ranking, budget: float | None, top: int, out: Console) -> None:
     from gpufly.estimate.advise import TIE_BREAK
 
@@ -351,7 +414,7 @@ def _render_ranking(ranking: Ranking, budget: float | None, top: int, out: Conso
                       f"{count}x {pick.fit.gpu.name}" if count > 1 else pick.fit.gpu.name,
                       f"{_gib(pick.fit.memory.total_bytes)} / {pick.fit.gpu.vram_gib:g}"
                       + (" (tight)" if pick.fit.tight else ""),
-                      _rate(pick.throughput, pick.unit.split()[0]),
+                      _rate(pick.throughput, pick.unit.split()[0], _headline_range(pick)),
                       f"${pick.price_usd:,.0f}" if pick.price_usd else MISSING,
                       f"{pick.per_dollar * 1000:,.1f}" if pick.per_dollar else MISSING,
                       f"{pick.per_watt * 1000:,.0f}" if pick.per_watt else MISSING)

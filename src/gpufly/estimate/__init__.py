@@ -31,15 +31,18 @@ if TYPE_CHECKING:
     from gpufly.estimate.checks import check_job, device_spec
     from gpufly.estimate.job import Job
     from gpufly.estimate.memory import MemoryBreakdown, MemoryItem, memory
+    from gpufly.estimate.ranges import Basis, Estimate, estimate
     from gpufly.estimate.speed import Speed, speed
 
 _HOME = {"Change": "advise", "Fit": "advise", "GpuChoice": "advise", "Pick": "advise", "Ranking": "advise",
          "changes": "advise", "fit": "advise", "largest": "advise", "parse_gpu": "advise", "recommend": "advise",
          "check_job": "checks", "device_spec": "checks", "Job": "job", "MemoryBreakdown": "memory",
-         "MemoryItem": "memory", "memory": "memory", "Speed": "speed", "speed": "speed"}
+         "MemoryItem": "memory", "memory": "memory", "Speed": "speed", "speed": "speed", "Basis": "ranges",
+         "Estimate": "ranges", "estimate": "ranges"}
 
-__all__ = ["Change", "Fit", "GpuChoice", "Job", "MemoryBreakdown", "MemoryItem", "Pick", "Ranking", "Speed", "changes",
-           "check_job", "device_spec", "fit", "largest", "memory", "parse_gpu", "recommend", "speed"]
+__all__ = ["Basis", "Change", "Estimate", "Fit", "GpuChoice", "Job", "MemoryBreakdown", "MemoryItem", "Pick", "Ranking",
+           "Speed", "changes", "check_job", "device_spec", "estimate", "fit", "largest", "memory", "parse_gpu",
+           "recommend", "speed"]
 
 
 def __getattr__(name: str) -> Any:

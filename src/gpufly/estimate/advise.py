@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpufly.catalog.lookup import Catalog
@@ -22,6 +22,7 @@ from gpufly.estimate.engines import (
 from gpufly.estimate.formats import GGUF_LADDER, kv_bytes, kv_key, weight_format
 from gpufly.estimate.job import Job
 from gpufly.estimate.memory import MemoryBreakdown, lora_adapter_params, memory
+from gpufly.estimate.ranges import Estimate, memory_estimate, speed_estimates
 from gpufly.estimate.speed import HOST_BOUND, Speed, speed
 from gpufly.models.spec import ModelSpec
 
@@ -56,6 +57,8 @@ class Fit:
     ``gpu`` is the device the software sees (one die of a multi-die card, ``card`` the catalog entry); ``speed`` is
     the prediction as if the job ran: shown as speed only when it fits, else as the speed it would have if it fit.
     ``notes`` are what a real run would accept with a caveat (a context past the trained length, a die).
+    ``memory_range`` and ``speed_ranges`` are the 80% ranges of the memory total and of each predicted speed
+    (estimate/ranges.py); like the speed, the speed ranges of a job that does not fit are what it would be if it fit.
     """
 
     model: ModelSpec
@@ -65,6 +68,8 @@ class Fit:
     speed: Speed
     card: GpuSpec
     notes: tuple[str, ...] = ()
+    memory_range: Estimate | None = None
+    speed_ranges: dict[str, Estimate] = field(default_factory=dict)
 
     @property
     def capacity_bytes(self) -> int:
@@ -98,19 +103,27 @@ class Fit:
 
     def to_dict(self) -> dict[str, Any]:
         predicted = self.speed.to_dict()
+        ranges = {name: e.to_dict() for name, e in self.speed_ranges.items()}
         return {"gpu": self.gpu.id, "gpu_name": self.gpu.name, "gpus": self.job.gpus, "fits": self.fits,
                 "tight": self.tight, "verdict": self.verdict, "capacity_bytes": self.capacity_bytes,
                 "free_bytes": self.free_bytes, "memory": self.memory.to_dict(),
+                "memory_range": self.memory_range.to_dict() if self.memory_range else None,
                 "speed": predicted if self.fits else None, "speed_if_it_fit": None if self.fits else predicted,
+                "speed_ranges": ranges if self.fits else None,
+                "speed_ranges_if_it_fit": None if self.fits else ranges,
                 "notes": list(self.notes)}
 
 
-def fit(model: ModelSpec, gpu: GpuSpec, job: Job) -> Fit:
+def fit(model: ModelSpec, gpu: GpuSpec, job: Job, calibrated: bool = False) -> Fit:
     """The verdict for ``job`` on ``job.gpus`` devices of ``gpu`` (a multi-die card's dies each count as one):
-    memory per device (bytes) and predicted speed. Raises GpuflyError for what a real run would refuse."""
+    memory per device (bytes) and predicted speed. ``calibrated``: ``gpu`` holds a bench run's measured ceilings
+    (estimate/calibrate.py), which narrows the speed ranges. Raises GpuflyError for what a real run would refuse."""
     notes = check_job(model, gpu, job)
     device = device_spec(gpu)
-    return Fit(model, device, job, memory(model, job), speed(model, device, job), card=gpu, notes=notes)
+    needed, predicted = memory(model, job), speed(model, device, job)
+    return Fit(model, device, job, needed, predicted, card=gpu, notes=notes,
+               memory_range=memory_estimate(model, device, job, needed.total_bytes),
+               speed_ranges=speed_estimates(model, device, job, predicted, calibrated))
 
 
 def _runs(model: ModelSpec, job: Job) -> bool:

@@ -54,6 +54,15 @@ class Engine:
     splits_layers: bool = False
     """Across GPUs the engine splits layers (a pipeline for one sequence: no added bandwidth)
     rather than tensors."""
+    pipelined_prefill_ubatch: int = 0
+    """With its layers split, the engine pipelines a long prompt's micro-batches of this many tokens across the
+    GPUs (llama.cpp since PR 6017, n_ubatch 512); 0: each GPU waits for the one before."""
+    pipeline_efficiency: float = 1.0
+    """Share of the ideal pipeline speed-up a layer-split prefill reaches (stage imbalance, copies between GPUs,
+    the synchronisation per micro-batch). llama.cpp: 0.55, the value in 0..1 (steps of 0.05) with the least mean
+    |log(measured / predicted)| over the fit set's 46 multi-GPU llama-bench pp rows (0.455 serial, 0.325 at 0.55;
+    flat from 0.35 to 0.6). On the check set's 15 (the PR 6017 8x A100 PCIe rows among them): 0.353 serial,
+    0.307 at 0.55."""
     fp16_accumulate: bool = False
     """Runs FP16 matmuls with FP16 accumulation, which GeForce cards execute at twice the rate
     of FP32 accumulation (Ampere GA102 and Ada whitepapers)."""
@@ -89,7 +98,8 @@ ENGINES: dict[str, Engine] = {
     "llama.cpp": Engine("llama.cpp", 457 * MIB, bandwidth_efficiency=0.80, hbm_bandwidth_factor=0.62,
                         cpu_s_per_layer=0.0, step_overhead_s=0.0, layer_overhead_s=4.0e-5, kv_traffic_per_group=0.0,
                         prefill_compute_efficiency=0.42, quantized_prefill_factor=0.6, preallocates_context=True,
-                        splits_layers=True, fp16_accumulate=True, kv_formats=LLAMA_CPP_KV_FORMATS),
+                        splits_layers=True, pipelined_prefill_ubatch=512, pipeline_efficiency=0.55,
+                        fp16_accumulate=True, kv_formats=LLAMA_CPP_KV_FORMATS),
 }
 _ENGINE_ALIASES = {"hf": "transformers", "huggingface": "transformers", "llamacpp": "llama.cpp",
                    "llama-cpp": "llama.cpp", "gguf": "llama.cpp", "ollama": "llama.cpp"}
@@ -102,9 +112,16 @@ GGUF_BANDWIDTH_FACTOR: dict[str, float] = {
 (its tools/quantize/README.md table for Llama-3.1-8B: size x t/s falls from 436 GiB/s at F16 and
 405 at Q8_0 to 329 at Q4_K_M and 236 at Q2_K). Factors relative to F16."""
 
-TRAINING_MFU = 0.50
-"""Share of the dense tensor rate a training step's matmuls reach (PaLM reports 46% MFU for the
-whole step, Megatron 54% at 530B scale). Fitted with the traffic term below."""
+TRAINING_MFU = 0.70
+"""Share of the dense tensor rate a training step's matmuls reach (the elementwise traffic below is counted apart,
+so this is the GEMMs' own share: cuBLAS reaches 0.7-0.85 of peak on large GEMMs, estimate/calibrate.py). Fitted
+with TRAINING_ATTENTION_COST on the fit set's training rows (Lambda ResNet/BERT and llm-foundry MPT, 107 rows) by
+the least mean |log(measured / predicted)| over MFU 0.55-0.70 (kept at most 0.70, the low end of cuBLAS's share)
+and attention cost 1.5-2.5: 0.264 before (MFU 0.50, cost 1), 0.193 after; on the check set 0.225 -> 0.159."""
+TRAINING_ATTENTION_COST = 2.25
+"""Time of one attention FLOP in training, in matmul FLOPs: flash attention recomputes its forward in the backward
+(four passes where the matmuls take three) and its kernels reach a lower share of peak than GEMMs (FlashAttention-2
+reports 50-73% of peak on A100). Fitted with TRAINING_MFU."""
 TRAINING_TRAFFIC_PER_ACTIVATION_BYTE = 12.0
 """Bytes of memory traffic per byte of saved activations in a training step: each is written in
 the forward, read in the backward, and elementwise kernels read and write around it. Fitted."""
@@ -120,8 +137,9 @@ VRAM_MEDIAN_ERROR = 0.015
 Qwen2.5 rows). A fit with less room than this share of its total is within the estimate's error."""
 SPEED_MEDIAN_ERROR: dict[str, float] = {"transformers": 0.06, "vllm": 0.11, "llama.cpp": 0.08, "training": 0.10}
 """Median error of a speed prediction, per engine (decode tok/s on one GPU) and for training (samples/s), from
-`python benchmarks/estimate_accuracy.py` (docs/calibration.md). gpufly has no error range per prediction: two
-predictions whose ranges of +-this share overlap cannot be told apart, and `recommend` says so."""
+`python benchmarks/estimate_accuracy.py` (docs/calibration.md). Each prediction carries its own 80% range
+(estimate/ranges.py); `recommend` still calls two setups a near-tie when they are within +-this share, a
+comparison between setups on the same engine, whose shared bias cancels."""
 
 
 def engine(name: str) -> Engine:

@@ -8,12 +8,14 @@ fitted on public measurements (benchmarks/estimate_accuracy.py, docs/calibration
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpufly.catalog.spec import GpuSpec
 from gpufly.estimate.engines import (
     GGUF_BANDWIDTH_FACTOR,
+    TRAINING_ATTENTION_COST,
     TRAINING_BANDWIDTH_EFFICIENCY,
     TRAINING_MFU,
     TRAINING_TRAFFIC_PER_ACTIVATION_BYTE,
@@ -139,6 +141,18 @@ def prefill_flops(spec: ModelSpec, tokens: int) -> float:
     return 2 * spec.params_per_token * tokens + attention
 
 
+def prefill_parallelism(runtime: Engine, gpus: int, tokens: int) -> float:
+    """How many GPUs' worth of work a prompt gets: all of them under tensor parallelism. Under a layer split, one
+    at a time, unless the engine pipelines the prompt's micro-batches: u of them through N stages take u + N - 1
+    stage times instead of u * N (a 512-token prompt, one micro-batch, gains nothing)."""
+    if not runtime.splits_layers:
+        return gpus
+    if gpus == 1 or not runtime.pipelined_prefill_ubatch:
+        return 1
+    ubatches = math.ceil(tokens / runtime.pipelined_prefill_ubatch)
+    return 1 + (ubatches * gpus / (ubatches + gpus - 1) - 1) * runtime.pipeline_efficiency
+
+
 def prefill_s(spec: ModelSpec, gpu: GpuSpec, job: Job, tokens: int) -> float | None:
     """Seconds to prefill ``tokens`` per sequence: compute-bound, never faster than one weight read."""
     fmt = weight_format(job.quant)
@@ -146,7 +160,7 @@ def prefill_s(spec: ModelSpec, gpu: GpuSpec, job: Job, tokens: int) -> float | N
     compute = peak_flops(gpu, fmt.compute_dtype, runtime.fp16_accumulate)
     if compute is None:
         return None
-    parallel = 1 if runtime.splits_layers else job.gpus
+    parallel = prefill_parallelism(runtime, job.gpus, tokens)
     efficiency = runtime.prefill_compute_efficiency * (runtime.quantized_prefill_factor if fmt.bits_per_weight < 16
                                                        else 1.0)
     compute_time = prefill_flops(spec, tokens) * job.batch / (compute * efficiency * parallel)
@@ -157,14 +171,19 @@ def prefill_s(spec: ModelSpec, gpu: GpuSpec, job: Job, tokens: int) -> float | N
 def training_flops_per_token(spec: ModelSpec, job: Job) -> float:
     """6 * active params (forward 2, backward 4) + causal attention 6 * L * s * heads * head_dim;
     LoRA skips the frozen weights' gradients (4 * P); full recomputation adds one forward."""
-    param_factor = 6 if job.task == "full" else 4
-    if job.checkpointing:
-        param_factor += 2
-    attention = 0.0
-    if spec.attention is not None and spec.layers and spec.heads:
-        head_dim = spec.attention.head_dim or (spec.hidden or 0) // spec.heads
-        attention = (param_factor / 6) * 6 * spec.layers * job.context * spec.heads * head_dim
-    return param_factor * spec.params_per_token + attention
+    return _param_factor(job) * spec.params_per_token + _training_attention_flops(spec, job)
+
+
+def _param_factor(job: Job) -> int:
+    return (6 if job.task == "full" else 4) + (2 if job.checkpointing else 0)
+
+
+def _training_attention_flops(spec: ModelSpec, job: Job) -> float:
+    """Causal attention's FLOPs per token in a training step: 6 * L * s * heads * head_dim, scaled as the matmuls."""
+    if spec.attention is None or not spec.layers or not spec.heads:
+        return 0.0
+    head_dim = spec.attention.head_dim or (spec.hidden or 0) // spec.heads
+    return (_param_factor(job) / 6) * 6 * spec.layers * job.context * spec.heads * head_dim
 
 
 def _training_dtype(job: Job) -> str:
@@ -172,14 +191,16 @@ def _training_dtype(job: Job) -> str:
 
 
 def training_step_s_per_sample(spec: ModelSpec, gpu: GpuSpec, job: Job) -> float | None:
-    """Seconds per sample on one GPU: matmul FLOPs at the tensor rate times an MFU, plus the
-    memory traffic of the elementwise work (norms, activations, softmax, optimizer), which runs
-    between the matmuls at the memory bandwidth and does not overlap them."""
+    """Seconds per sample on one GPU: matmul FLOPs at the tensor rate times an MFU (attention's FLOPs at
+    TRAINING_ATTENTION_COST times a matmul FLOP's time), plus the memory traffic of the elementwise work (norms,
+    activations, softmax, optimizer), which runs between the matmuls at the memory bandwidth and does not overlap
+    them."""
     peak = peak_flops(gpu, _training_dtype(job))
     if peak is None:
         return None
     if spec.is_transformer:
-        flops = training_flops_per_token(spec, job) * job.context
+        attention = _training_attention_flops(spec, job)
+        flops = (training_flops_per_token(spec, job) + (TRAINING_ATTENTION_COST - 1) * attention) * job.context
     elif spec.forward_flops_per_sample:
         flops = 3 * spec.forward_flops_per_sample
     else:
