@@ -46,6 +46,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _english_output(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Tests read English text whatever the machine's locale (a zh_CN machine would otherwise switch report,
+    doctor and install to Chinese); the language is process-wide, so it is put back to English after each test."""
+    monkeypatch.setenv("GPUFLY_LANG", "en")
+    yield
+    from gpufly import i18n
+
+    i18n.use_language("en")
+
+
 @pytest.fixture(scope="session")
 def catalog() -> Catalog:
     return default_catalog()

@@ -26,9 +26,9 @@ SRC = Path(__file__).parent.parent / "src" / "gpufly"
 UI = ("typer", "rich", "textual", "gpufly.cli")
 HEAVY = ("torch", "transformers", "matplotlib", "tensorflow", "jax")
 OPTIONAL = ("textual", "prometheus_client", "matplotlib", "gguf", "torch", "transformers", "ray")
-BASE = frozenset({"errors", "records", "jsonfile", "loading", "extras", "palette"})
+BASE = frozenset({"errors", "records", "jsonfile", "loading", "extras", "palette", "i18n"})
 """Root modules every layer may use: the error type, the record loader, file writing, the function loader, the
-chart colours."""
+chart colours, the message catalog."""
 ENTRY = frozenset({"__init__", "__main__"})
 """The package root (``gpufly.Profiler`` and ``gpufly.apply``, loaded on first use) and ``python -m gpufly``:
 above every stage, and importable by all (``from gpufly import __version__``)."""

@@ -236,7 +236,7 @@ def test_only_the_slow_card_is_warned_about() -> None:
 def test_a_driver_without_a_cuda_version_says_unknown() -> None:
     facts = Facts(DriverFact(True, "570.133.07", None), gpus=(_gpu("NVIDIA GeForce RTX 4090", "8.9"),))
     driver = next(f for f in diagnose(facts) if f.check == "driver")
-    assert driver.what == "NVIDIA driver 570.133.07 (CUDA version unknown), 1 GPU(s)"
+    assert driver.what == "NVIDIA driver 570.133.07 (CUDA version unknown), 1 GPU"
     assert "None" not in driver.what
 
 

@@ -21,7 +21,7 @@ def test_gpus_are_matched_to_the_catalog() -> None:
     report = probe_machine(Nvml(fake_nvml("nvml_two_gpus.json")), host=HOST)
     assert [gpu.spec.id for gpu in report.gpus] == ["h100-sxm", "a100-sxm4-80gb"]
     assert report.driver_version == "550.54.15"
-    assert report.summary.startswith("2 NVIDIA GPU(s): NVIDIA H100 80GB HBM3, NVIDIA A100-SXM4-80GB")
+    assert report.summary.startswith("2 NVIDIA GPUs: NVIDIA H100 80GB HBM3, NVIDIA A100-SXM4-80GB")
     data = report.to_dict()
     assert data["gpus"][0]["catalog_id"] == "h100-sxm"
     assert data["gpus"][1]["memory_total_bytes"] == 85899345920

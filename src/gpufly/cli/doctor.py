@@ -7,11 +7,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpufly.cli.render import console, print_json, print_note
+from gpufly.cli.render import LANG_HELP, choose_language, console, print_json, print_note
+from gpufly.i18n import gettext as _
 
 if TYPE_CHECKING:
     from gpufly.doctor.checks import Finding
@@ -39,10 +41,15 @@ def render_facts(facts: Facts, out: Console) -> None:
     lines = summary_lines(facts)
     if not lines:
         return
-    width = max(len(label) for label, _ in lines)
-    out.print("machine:")
+    width = max(cell_len(label) for label, _text in lines)
+    out.print(_("machine:"))
     for label, text in lines:
-        out.print(f"  {label.ljust(width)}  {text}", soft_wrap=True, highlight=False)
+        out.print(f"  {label}{' ' * (width - cell_len(label))}  {text}", soft_wrap=True, highlight=False)
+
+
+def _status(status: str) -> str:
+    """A finding's status as the reader says it (the JSON keeps ok, warn, fail)."""
+    return {"ok": _("ok"), "warn": _("warn"), "fail": _("fail")}[status]
 
 
 def render_findings(findings: list[Finding], out: Console) -> None:
@@ -54,22 +61,23 @@ def render_findings(findings: list[Finding], out: Console) -> None:
     """
     table = Table(box=box.SIMPLE_HEAD, show_header=True, title="gpufly doctor", title_justify="left")
     table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    table.add_column("finding", overflow="fold")
+    table.add_column(_("status"), no_wrap=True)
+    table.add_column(_("finding"), overflow="fold")
     for number, finding in enumerate(findings, start=1):
         what = Text(finding.what)
         if finding.why:
             what.append("\n" + finding.why, style="dim")
-        table.add_row(str(number), Text(finding.status, style=_STYLE[finding.status]), what)
+        table.add_row(str(number), Text(_status(finding.status), style=_STYLE[finding.status]), what)
     out.print(table)
     fixes = [(number, finding.fix) for number, finding in enumerate(findings, start=1) if finding.fix]
     if fixes:
-        out.print("fixes:")
+        out.print(_("fixes:"))
         for number, fix in fixes:
             out.print(f"  {number}. {fix}", soft_wrap=True)
     fails = sum(f.status == "fail" for f in findings)
     warns = sum(f.status == "warn" for f in findings)
-    out.print(f"{fails} failed, {warns} warnings, {len(findings) - fails - warns} ok")
+    out.print(_("{fails} failed, {warns} warnings, {ok} ok").format(fails=fails, warns=warns,
+                                                                     ok=len(findings) - fails - warns))
 
 
 def doctor(
@@ -82,23 +90,25 @@ def doctor(
         "--import-timeout", metavar="SECONDS",
         help="Most seconds each framework import may take (default 180: 20, then more while it makes progress)."),
     ] = None,
+    lang: Annotated[str | None, typer.Option("--lang", metavar="LANG", help=LANG_HELP)] = None,
 ) -> None:
     """Find what does not fit together in the driver, CUDA and framework stack, and how to fix it.
 
     Examples:
       gpufly doctor
-      gpufly doctor --deep
+      gpufly doctor --deep --lang zh
       gpufly doctor --save facts.json
       gpufly doctor --facts facts.json --json
     """
     from gpufly.doctor.checks import diagnose, smoke_findings
 
+    choose_language(lang, json_out)
     facts = _facts(facts_file, import_timeout=import_timeout)
     if save is not None:
         facts.save(save)
     findings = diagnose(facts)
     if deep and facts_file is not None:
-        print_note("--deep skipped: the smoke test runs on this machine's GPUs, not on saved facts")
+        print_note(_("--deep skipped: the smoke test runs on this machine's GPUs, not on saved facts"))
     if deep and facts_file is None:
         from gpufly.doctor.smoke import run_isolated
 
@@ -114,6 +124,7 @@ def doctor(
         render_findings(findings, out)
         render_facts(facts, out)
         if save is not None:
-            out.print(f"facts written to {save}: send them with a bug report, or replay with --facts")
+            out.print(_("facts written to {path}: send them with a bug report, or replay with --facts").format(
+                path=save))
     if failed:
         raise typer.Exit(1)

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from gpufly.cli.render import console, print_json
+from gpufly.cli.render import LANG_HELP, choose_language, console, print_json
 from gpufly.errors import GpuflyError, unknown_choice
+from gpufly.i18n import gettext as _
 
 if TYPE_CHECKING:
     from gpufly.doctor.facts import Facts
@@ -67,7 +68,7 @@ def _run_plan(plan: InstallPlan, out: Console | None) -> None:
         raise GpuflyError("this plan is not a single pip command; run its steps by hand", exit_code=1)
     args = [sys.executable, "-m", *shlex.split(plan.command)]
     if out is not None:
-        out.print(f"running: {shlex.join(args)}", soft_wrap=True)
+        out.print(_("running: {command}").format(command=shlex.join(args)), soft_wrap=True)
     try:
         done = subprocess.run(args, check=False)
     except OSError as exc:
@@ -97,24 +98,24 @@ def _render(plan: InstallPlan, out: Console, target_file: Path | None) -> None:
     """The command first; a manifest tool's snippet before the command that installs from it; uv's project snippet
     after its one-off command, as the other way to say the same."""
     if target_file is not None:
-        out.print(f"for the machine in {target_file}:")
+        out.print(_("for the machine in {path}:").format(path=target_file))
     manifest = plan.snippet is not None and plan.tool in ("pixi", "conda")
-    if manifest:
-        out.print(f"in {plan.snippet_file}:")
+    if manifest and plan.snippet is not None:
+        out.print(_("in {file}:").format(file=plan.snippet_file))
         out.print(plan.snippet.rstrip("\n"), soft_wrap=True)
-        out.print("then run:")
+        out.print(_("then run:"))
     if plan.command:
         out.print(plan.command, style="bold", soft_wrap=True)
     if plan.snippet is not None and not manifest:
-        out.print(f"or, in a {plan.tool} project, in {plan.snippet_file}:")
+        out.print(_("or, in a {tool} project, in {file}:").format(tool=plan.tool, file=plan.snippet_file))
         out.print(plan.snippet.rstrip("\n"), soft_wrap=True)
     out.print(plan.reason)
     if plan.advice:
         out.print(plan.advice, soft_wrap=True)
     for warning in plan.warnings:
-        out.print(f"note: {warning}", soft_wrap=True)
+        out.print(_("note: {text}").format(text=warning), soft_wrap=True)
     for alternative in plan.alternatives:
-        out.print(f"or: {alternative.command}  ({alternative.why})", soft_wrap=True)
+        out.print(_("or: {command}  ({why})").format(command=alternative.command, why=alternative.why), soft_wrap=True)
 
 
 def install(
@@ -132,17 +133,19 @@ def install(
     facts_file: Annotated[Path | None, typer.Option("--facts", metavar="FILE",
                                                     help="Plan for this machine's saved facts.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    lang: Annotated[str | None, typer.Option("--lang", metavar="LANG", help=LANG_HELP)] = None,
 ) -> None:
     """Print the exact pip command that installs FRAMEWORK with GPU support for this machine.
 
     Examples:
       gpufly install torch
-      gpufly install torch --tool uv --mirror sjtu
+      gpufly install torch --tool uv --mirror sjtu --lang zh
       gpufly install jax --cuda 12.4
       gpufly install torch --for ci-facts.json
     """
     from gpufly.doctor.install import Target, for_tool, platform_of
 
+    choose_language(lang, json_out)
     name = ALIASES.get(framework.lower(), framework.lower())
     if name not in FRAMEWORKS:
         raise unknown_choice("framework", framework, FRAMEWORKS)

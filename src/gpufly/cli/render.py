@@ -161,6 +161,22 @@ def console() -> Console:
     return out
 
 
+LANG_HELP = "Text in this language: en or zh (default: GPUFLY_LANG, then the locale). JSON stays English."
+
+
+def choose_language(lang: str | None, json_out: bool = False) -> None:
+    """Set the language of this command's text: --lang, else GPUFLY_LANG, else the locale (gettext's order).
+
+    Called before the command produces any message, since messages are translated where they are made. JSON is
+    a machine-readable contract and stays English; --lang is still checked, so a mistyped one is an error either
+    way.
+    """
+    from gpufly.i18n import chosen_language, use_language
+
+    language = chosen_language(lang, os.environ)
+    use_language("en" if json_out else language)
+
+
 def error_console() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True)
 

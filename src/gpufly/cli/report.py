@@ -10,7 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpufly.cli.render import MISSING, console, gib, print_json
+from gpufly.cli.render import LANG_HELP, MISSING, choose_language, console, gib, print_json
+from gpufly.i18n import gettext as _
 
 if TYPE_CHECKING:
     from gpufly.report import LadderPlace, MachineReport, ReachSection, Report, SetupSection, TuneSummary
@@ -25,28 +26,30 @@ def render_machine(report: MachineReport, out: Console | None = None) -> None:
     """The machine section: a host table, then one row per GPU with its catalog match."""
     out = out or console()
     host = report.host
-    out.print(f"gpufly report: {report.summary}", style="bold", markup=False)
-    table = Table(title="This machine", show_header=False, title_justify="left")
+    out.print(_("gpufly report: {summary}").format(summary=report.summary), style="bold", markup=False)
+    table = Table(title=_("This machine"), show_header=False, title_justify="left")
     table.add_column("field", style="bold")
     table.add_column("value")
-    table.add_row("OS", f"{host.os} ({host.kernel}, {host.machine})")
-    table.add_row("CPU", f"{host.cpu_model}: {host.cpu_physical_cores or '?'} cores, "
-                  f"{host.cpu_logical_cores or '?'} threads")
-    table.add_row("RAM", f"{gib(host.memory_total_bytes)} ({gib(host.memory_available_bytes)} available)")
+    table.add_row(_("OS"), f"{host.os} ({host.kernel}, {host.machine})")
+    table.add_row("CPU", _("{model}: {cores} cores, {threads} threads").format(
+        model=host.cpu_model, cores=host.cpu_physical_cores or "?", threads=host.cpu_logical_cores or "?"))
+    table.add_row(_("RAM"), _("{total} ({available} available)").format(
+        total=gib(host.memory_total_bytes), available=gib(host.memory_available_bytes)))
     table.add_row("Python", host.python)
-    table.add_row("NVIDIA driver", report.driver_version or f"{MISSING} ({report.nvml.reason or 'none'})")
+    table.add_row(_("NVIDIA driver"), report.driver_version or f"{MISSING} ({report.nvml.reason or _('none')})")
     if report.cuda_driver_version:
-        table.add_row("CUDA (driver supports up to)", report.cuda_driver_version)
+        table.add_row(_("CUDA (driver supports up to)"), report.cuda_driver_version)
     out.print(table)
     if not report.gpus:
-        out.print("no NVIDIA GPU" + (f": {report.nvml.reason}" if report.nvml.reason else ""), markup=False)
+        out.print(_("no NVIDIA GPU: {reason}").format(reason=report.nvml.reason) if report.nvml.reason
+                  else _("no NVIDIA GPU"), markup=False)
         return
     gpus = Table(title="GPUs", title_justify="left")
-    for column in ("#", "Name", "Memory", "CC", "PCI", "Catalog"):
+    for column in ("#", _("Name"), _("Memory"), "CC", "PCI", _("Catalog")):
         gpus.add_column(column)
     for gpu in report.gpus:
         d = gpu.device
-        catalog = gpu.spec.name if gpu.spec else ("lost" if d.lost else "not in the catalog")
+        catalog = gpu.spec.name if gpu.spec else (_("lost") if d.lost else _("not in the catalog"))
         gpus.add_row(str(d.index), d.name, gib(d.memory_total_bytes), d.compute_capability or MISSING,
                      d.pci_bus_id or MISSING, catalog)
     out.print(gpus)
@@ -54,9 +57,9 @@ def render_machine(report: MachineReport, out: Console | None = None) -> None:
 
 def render_ladder(place: LadderPlace, out: Console) -> None:
     """This GPU among its neighbours: a bar of the dense 16-bit rate, then bandwidth and VRAM."""
-    table = Table(title=f"On the ladder: {place.summary}", title_justify="left")
-    for column, justify in (("GPU", "left"), ("architecture", "left"), ("dense 16-bit", "left"),
-                            ("bandwidth", "right"), ("VRAM", "right")):
+    table = Table(title=_("On the ladder: {summary}").format(summary=place.summary), title_justify="left")
+    for column, justify in (("GPU", "left"), (_("architecture"), "left"), (_("dense 16-bit"), "left"),
+                            (_("bandwidth"), "right"), (_("VRAM"), "right")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     top = max((p.dense_16bit_tflops or 0.0 for p in place.peers), default=0.0) or 1.0
     for peer in place.peers:
@@ -68,42 +71,54 @@ def render_ladder(place: LadderPlace, out: Console) -> None:
                       f"{peer.memory_bandwidth_gbps:,.0f} GB/s", f"{peer.vram_gib:g} GiB", style=style)
     out.print(table)
     if any(p.derived for p in place.peers):
-        out.print("≈: not published; derived from the architecture's dense ops per clock per SM", markup=False)
+        out.print(_("≈: not published; derived from the architecture's dense ops per clock per SM"), markup=False)
 
 
 def render_setup(setup: SetupSection, out: Console) -> None:
     """The doctor's verdict, each failed or warned check with its fix, and the PyTorch install command."""
-    out.print(f"Set-up: {setup.verdict} ({setup.note})", markup=False)
+    out.print(_("Set-up: {verdict} ({note})").format(verdict=setup.verdict, note=setup.note), markup=False)
     for finding in [*setup.failed, *setup.warnings]:
-        out.print(f"  {finding.status}: {finding.what}" + (f" -> {finding.fix}" if finding.fix else ""),
-                  markup=False)
+        status = _("fail") if finding.status == "fail" else _("warn")
+        line = _("{status}: {what}").format(status=status, what=finding.what)
+        out.print(f"  {line}" + (f" -> {finding.fix}" if finding.fix else ""), markup=False)
     plan = setup.install
     if plan is not None and plan.command:
-        out.print(f"  PyTorch for this machine: {plan.command}", markup=False, soft_wrap=True)
+        out.print("  " + _("PyTorch for this machine: {command}").format(command=plan.command), markup=False,
+                  soft_wrap=True)
     elif plan is not None:
         out.print(f"  PyTorch: {plan.advice or plan.reason}", markup=False)
     else:
-        out.print(f"  PyTorch: no install command ({setup.install_error})", markup=False)
+        out.print("  " + _("PyTorch: no install command ({error})").format(error=setup.install_error), markup=False)
 
 
 def render_reaches(reaches: ReachSection | None, out: Console) -> None:
     if reaches is None:
-        out.print("What it reaches: not measured (`gpufly report --bench`, or --bench-file FILE from "
-                  "`gpufly bench --save`)", markup=False)
+        out.print(_("What it reaches: not measured (`gpufly report --bench`, or --bench-file FILE from "
+                    "`gpufly bench --save`)"), markup=False)
         return
-    table = Table(title=f"What it reaches: {reaches.device}; {reaches.source}", title_justify="left")
-    for column in ("figure", "measured", "interval", "peak", "% of peak"):
-        table.add_column(column, justify="left" if column == "figure" else "right")
+    table = Table(title=_("What it reaches: {device}; {source}").format(device=reaches.device,
+                                                                         source=reaches.source), title_justify="left")
+    for number, column in enumerate((_("figure"), _("measured"), _("interval"), _("peak"), _("% of peak"))):
+        table.add_column(column, justify="left" if number == 0 else "right")
     for r in reaches.figures:
         percent = MISSING if r.percent_of_peak is None else f"{r.percent_of_peak:.0f}%"
-        table.add_row(r.name + (" noisy" if r.noisy else ""), r.shown(r.value), r.interval_text,
+        table.add_row(r.name + (" " + _("noisy") if r.noisy else ""), r.shown(r.value), r.interval_text,
                       r.shown(r.peak) if r.peak else MISSING, percent)
     out.print(table)
     intervals = sorted({r.interval for r in reaches.figures})
-    out.print(f"interval: {'; '.join(intervals) or MISSING}", markup=False)
+    out.print(_("interval: {intervals}").format(intervals="; ".join(intervals) or MISSING), markup=False)
     for figure in reaches.figures:
         if figure.noisy:
-            out.print(f"noisy: {figure.name}: {figure.noise or 'interval too wide'}", markup=False)
+            out.print(_("noisy: {figure}: {why}").format(figure=figure.name,
+                                                         why=figure.noise or _("interval too wide")), markup=False)
+
+
+def _job_header(job: str) -> str:
+    """A job's column header in the reader's language: "infer Q4_K_M" (the weight format kept as written), "full
+    training"; LoRA and QLoRA are the same words in every language. The JSON keeps the job as it is."""
+    if job.startswith("infer "):
+        return _("infer {format}").format(format=job.removeprefix("infer "))
+    return _("full training") if job == "full training" else job
 
 
 def render_models(rows: list[ModelFitRow], out: Console) -> None:
@@ -115,49 +130,50 @@ def render_models(rows: list[ModelFitRow], out: Console) -> None:
         count = mine[0].gpus
         jobs = list(dict.fromkeys(row.job for row in mine))
         where = f"{count}x {gpu}" if count > 1 else gpu
-        table = Table(title=f"What fits and how fast on {where}: predicted tokens/s (ctx {CONTEXT:,}, batch 1)",
-                      title_justify="left")
-        table.add_column("model")
+        table = Table(title=_("What fits and how fast on {gpu}: predicted tokens/s (ctx {context}, batch 1)").format(
+            gpu=where, context=f"{CONTEXT:,}"), title_justify="left")
+        table.add_column(_("model"))
         for job in jobs:
-            table.add_column(job, justify="right")
+            table.add_column(_job_header(job), justify="right")
         cells = {(row.model, row.job): row for row in mine}
         for model in dict.fromkeys(row.model for row in mine):
             table.add_row(model, *(_cell(cells[(model, job)]) if (model, job) in cells else MISSING for job in jobs))
         out.print(table)
-    out.print("infer columns: decode tokens/s per sequence; LoRA, QLoRA, full training: tokens trained per second; "
-              "no: does not fit (it needs that much per GPU); tight: fits within the memory estimate's error. Each "
-              f"speed is one predicted number; the estimate's median error is {error_span(rows)} by engine "
-              "(docs/calibration.md).", markup=False)
+    out.print(_("infer columns: decode tokens/s per sequence; LoRA, QLoRA, full training: tokens trained per second; "
+                "no: does not fit (it needs that much per GPU); tight: fits within the memory estimate's error. Each "
+                "speed is one predicted number; the estimate's median error is {error} by engine "
+                "(docs/calibration.md).").format(error=error_span(rows)), markup=False)
 
 
 def _cell(row: ModelFitRow) -> str:
     """The predicted tokens/s (the unit is in the title), or 'no' with the GiB per GPU the job needs."""
     if not row.fits:
-        return f"no: {row.needs_bytes / 2**30:,.0f} GiB"
-    return f"{row.speed:,.0f}" + (" tight" if row.tight else "") if row.speed else MISSING
+        return _("no: {size} GiB").format(size=f"{row.needs_bytes / 2**30:,.0f}")
+    return f"{row.speed:,.0f}" + (" " + _("tight") if row.tight else "") if row.speed else MISSING
 
 
 def render_buys(rows: list[BuyRow], budget: float | None, out: Console, gpu_here: bool = False) -> None:
     """Models down, jobs across: the fastest setup within the budget, its launch price and predicted speed; said as
     an alternative when the machine has GPUs."""
-    lead = "GPUs to get" if gpu_here else "No catalog GPU here: the fastest to get"
-    table = Table(title=f"{lead} within ${budget or 0:,.0f} (launch prices, predicted speeds)", title_justify="left")
+    title = (_("GPUs to get within {budget} (launch prices, predicted speeds)") if gpu_here
+             else _("No catalog GPU here: the fastest to get within {budget} (launch prices, predicted speeds)"))
+    table = Table(title=title.format(budget=f"${budget or 0:,.0f}"), title_justify="left")
     jobs = list(dict.fromkeys(row.job for row in rows))
-    table.add_column("model")
+    table.add_column(_("model"))
     for job in jobs:
-        table.add_column(job)
+        table.add_column(_job_header(job))
     cells = {(row.model, row.job): row for row in rows}
     for model in dict.fromkeys(row.model for row in rows):
         table.add_row(model, *(_buy_cell(cells[(model, job)]) if (model, job) in cells else MISSING for job in jobs))
     out.print(table)
     if rows:
-        out.print("infer: decode tokens/s per sequence; LoRA, QLoRA, full training: tokens trained per second. Each "
-                  f"cell in full: {rows[0].command} (and so on)", markup=False)
+        out.print(_("infer: decode tokens/s per sequence; LoRA, QLoRA, full training: tokens trained per second. "
+                    "Each cell in full: {command} (and so on)").format(command=rows[0].command), markup=False)
 
 
 def _buy_cell(row: BuyRow) -> str:
     if row.gpu is None:
-        return "none in budget"
+        return _("none in budget")
     where = f"{row.gpus}x {row.gpu}" if row.gpus > 1 else row.gpu
     price = MISSING if row.price_usd is None else f"${row.price_usd:,.0f}"
     speed = MISSING if row.speed is None else f"{row.speed:,.0f} tok/s"
@@ -165,9 +181,9 @@ def _buy_cell(row: BuyRow) -> str:
 
 
 def render_actions(actions: list[Action], out: Console) -> None:
-    out.print("What to do next (ranked by expected gain):", style="bold")
+    out.print(_("What to do next (ranked by expected gain):"), style="bold")
     if not actions:
-        out.print("  nothing stands out")
+        out.print("  " + _("nothing stands out"))
     for number, action in enumerate(actions, 1):
         out.print(f"  {number}. {action.title} [{action.gain_text}]", markup=False)
         out.print(f"     {action.command}", markup=False, soft_wrap=True)
@@ -175,8 +191,9 @@ def render_actions(actions: list[Action], out: Console) -> None:
 
 def render_tune(tuned: TuneSummary, out: Console) -> None:
     speedup = MISSING if tuned.speedup is None else f"{tuned.speedup:.2f}x"
-    out.print(f"tune: {tuned.trials} trials; best safe {tuned.best} at {speedup} the baseline ({tuned.unsafe} "
-              f"unsafe, {tuned.failed} failed)", markup=False)
+    out.print(_("tune: {trials} trials; best safe {best} at {speedup} the baseline ({unsafe} unsafe, {failed} "
+                "failed)").format(trials=tuned.trials, best=tuned.best, speedup=speedup, unsafe=tuned.unsafe,
+                                  failed=tuned.failed), markup=False)
     for line in tuned.code:
         out.print(f"  {line}", markup=False)
 
@@ -185,12 +202,13 @@ def render_profile(profiled: dict[str, Any], out: Console) -> None:
     median = profiled["median_step_s"]
     step = "N/A" if median is None else f"{1000 * median:.1f} ms"
     parts = ", ".join(f"{label} {100 * share:.0f}%" for label, share in profiled["breakdown"].items())
-    out.print(f"profile: {profiled['command'] or 'a profiled loop'}: {profiled['measured_steps']} steps, "
-              f"median {step} ({parts})", markup=False)
+    out.print(_("profile: {command}: {steps} steps, median {step} ({parts})").format(
+        command=profiled["command"] or _("a profiled loop"), steps=profiled["measured_steps"], step=step, parts=parts),
+        markup=False)
     for finding in profiled["findings"][:3]:
         out.print(f"  {finding['title']}: {finding['change']}", markup=False)
     if not profiled["findings"]:
-        out.print("  no finding", markup=False)
+        out.print("  " + _("no finding"), markup=False)
 
 
 def render_report(built: Report, out: Console) -> None:
@@ -223,6 +241,7 @@ def report(
     profile: Annotated[Path | None, typer.Option("--profile", help="Add a saved `gpufly profile --save` run.")]
     = None,
     tune: Annotated[Path | None, typer.Option("--tune", help="Add a `gpufly tune` results file.")] = None,
+    lang: Annotated[str | None, typer.Option("--lang", metavar="LANG", help=LANG_HELP)] = None,
 ) -> None:
     """Report on this machine: what the hardware is worth for AI, whether the software is set up right, what it
     reaches, what fits and how fast, and what to do next.
@@ -231,11 +250,12 @@ def report(
       gpufly report
       gpufly report --html report.html
       gpufly report --bench-file bench.json --tune results.jsonl --json
-      gpufly report --budget 3000
+      gpufly report --budget 3000 --lang zh
     """
     from gpufly.jsonfile import write_text_atomic
     from gpufly.report import build_report, render_html
 
+    choose_language(lang, json_out)
     if html is not None:
         _check_page_path(html)
     built = build_report(bench=bench, bench_file=bench_file, profile=profile, tune=tune, budget_usd=budget)
@@ -248,7 +268,7 @@ def report(
         return
     render_report(built, console())
     if html is not None:
-        console().print(f"page: {html}", markup=False)
+        console().print(_("page: {path}").format(path=html), markup=False)
 
 
 def _check_page_path(path: Path) -> None:

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpufly.doctor.extensions import extension_findings
 from gpufly.doctor.facts import Facts, FrameworkFact, GpuFact
+from gpufly.i18n import gettext as _
+from gpufly.i18n import ngettext
 
 if TYPE_CHECKING:
     from gpufly.catalog import Catalog
@@ -66,7 +68,9 @@ def _builds_per_gpu(facts: Facts) -> tuple[GpuBuild, ...]:
 
 def _per_gpu_fix(builds: tuple[GpuBuild, ...]) -> str:
     """A build per GPU, each with how to show CUDA only that GPU."""
-    return "; ".join(f"for the {b.label}, run with {b.select}: {_joined(b.plan)}" for b in builds)
+    return _("; ").join(_("for the {gpu}, run with {select}: {command}").format(gpu=b.label, select=b.select,
+                                                                                command=_joined(b.plan))
+                        for b in builds)
 
 
 def _torch_install(facts: Facts) -> str:
@@ -78,7 +82,7 @@ def _torch_install(facts: Facts) -> str:
 
 def _joined(plan: InstallPlan) -> str:
     if plan.command and plan.advice:
-        return f"{plan.command}; or {plan.advice}"
+        return _("{command}; or {advice}").format(command=plan.command, advice=plan.advice)
     return plan.command or plan.advice or ""
 
 
@@ -87,37 +91,43 @@ def _driver_too_old_fix(facts: Facts, needed: str) -> str:
     named once (the plan's advice names it too when it asks for the same driver)."""
     plan = _torch_plan(facts)
     if plan.command is None:
-        return f"update the NVIDIA driver to {needed} or newer" + (f"; {plan.advice}" if plan.advice else "")
+        update = _("update the NVIDIA driver to {driver} or newer").format(driver=needed)
+        return update + (f"; {plan.advice}" if plan.advice else "")
     if plan.advice and plan.needs_driver == needed:
-        return f"install a build this driver runs: {plan.command}; or {plan.advice}"
-    return f"update the NVIDIA driver to {needed} or newer, or install a build this driver runs: {_joined(plan)}"
+        return _("install a build this driver runs: {command}; or {advice}").format(command=plan.command,
+                                                                                     advice=plan.advice)
+    return _("update the NVIDIA driver to {driver} or newer, or install a build this driver runs: {command}").format(
+        driver=needed, command=_joined(plan))
 
 
 def check_driver(facts: Facts) -> Iterator[Finding]:
     driver, env = facts.driver, facts.env
     if driver.found and facts.gpus:
-        cuda = f"CUDA up to {driver.cuda_version}" if driver.cuda_version else "CUDA version unknown"
-        yield Finding("driver", "ok", f"NVIDIA driver {driver.version or '(version unknown)'} ({cuda}), "
-                      f"{len(facts.gpus)} GPU(s)")
+        cuda = (_("CUDA up to {cuda}").format(cuda=driver.cuda_version) if driver.cuda_version
+                else _("CUDA version unknown"))
+        gpus = ngettext("{count} GPU", "{count} GPUs", len(facts.gpus)).format(count=len(facts.gpus))
+        yield Finding("driver", "ok", _("NVIDIA driver {version} ({cuda}), {gpus}").format(
+            version=driver.version or _("(version unknown)"), cuda=cuda, gpus=gpus))
         return
     if env.in_container:
-        yield Finding("driver", "warn", "no NVIDIA GPU inside this container",
-                      "if the host has one, the container was started without GPU access and CUDA sees no device",
-                      "start it with `docker run --gpus all ...` (NVIDIA Container Toolkit installed on the host), "
-                      "or in Kubernetes request `nvidia.com/gpu`")
+        yield Finding("driver", "warn", _("no NVIDIA GPU inside this container"),
+                      _("if the host has one, the container was started without GPU access and CUDA sees no device"),
+                      _("start it with `docker run --gpus all ...` (NVIDIA Container Toolkit installed on the host), "
+                        "or in Kubernetes request `nvidia.com/gpu`"))
         return
-    reason = driver.error or "no NVIDIA driver"
+    reason = driver.error or _("no NVIDIA driver")
     if driver.error and "not loaded" in driver.error:
-        yield Finding("driver", "fail", f"the NVIDIA driver is installed but not loaded ({driver.error})",
-                      "no CUDA program can reach the GPU", "reboot after a driver install or kernel update, or "
-                      "`sudo modprobe nvidia`; check `dmesg | grep -i nvidia` for the reason (Secure Boot?)")
+        yield Finding("driver", "fail", _("the NVIDIA driver is installed but not loaded ({error})").format(
+                      error=driver.error),
+                      _("no CUDA program can reach the GPU"), _("reboot after a driver install or kernel update, or "
+                      "`sudo modprobe nvidia`; check `dmesg | grep -i nvidia` for the reason (Secure Boot?)"))
         return
     if env.in_wsl:
-        yield Finding("driver", "warn", f"no NVIDIA GPU visible in WSL ({reason})",
-                      "WSL reaches the GPU through the Windows driver",
-                      "install or update the NVIDIA driver on Windows, not inside WSL; then `wsl --update`")
+        yield Finding("driver", "warn", _("no NVIDIA GPU visible in WSL ({reason})").format(reason=reason),
+                      _("WSL reaches the GPU through the Windows driver"),
+                      _("install or update the NVIDIA driver on Windows, not inside WSL; then `wsl --update`"))
         return
-    yield Finding("driver", "ok", f"no NVIDIA GPU found ({reason}): a CPU-only machine")
+    yield Finding("driver", "ok", _("no NVIDIA GPU found ({reason}): a CPU-only machine").format(reason=reason))
 
 
 def check_driver_age(facts: Facts) -> Iterator[Finding]:
@@ -136,20 +146,23 @@ def check_driver_age(facts: Facts) -> Iterator[Finding]:
     builds = _builds_per_gpu(facts)
     for plan in [b.plan for b in builds] or [_torch_plan(facts)]:
         if plan.needs_driver is not None:
-            yield Finding("driver_old", "warn", f"NVIDIA driver {facts.driver.version} is too old for the newest "
-                          f"torch builds with code for these GPUs (they need {plan.needs_driver} or newer)",
-                          "the driver limits every framework install: each CUDA build needs a driver at least as new "
-                          "as its CUDA major version's floor", plan.advice or "")
+            yield Finding("driver_old", "warn", _("NVIDIA driver {driver} is too old for the newest torch builds "
+                                                  "with code for these GPUs (they need {needed} or newer)").format(
+                              driver=facts.driver.version, needed=plan.needs_driver),
+                          _("the driver limits every framework install: each CUDA build needs a driver at least as "
+                            "new as its CUDA major version's floor"), plan.advice or "")
             return
         variant = _legacy_variant(plan)
         need = _current_build_driver(facts, variant.release) if variant is not None else None
         if variant is not None and need is not None:
-            note = f": {variant.note}" if variant.note else ""
-            yield Finding("driver_old", "ok", f"NVIDIA driver {facts.driver.version} runs only the legacy "
-                          f"{variant.name} build of torch {plan.release}{note}",
-                          f"fine today, but PyTorch is dropping CUDA {variant.cuda}: its current builds with code "
-                          f"for these GPUs need driver {need} or newer", f"update the NVIDIA driver to {need} or "
-                          "newer before the next torch release")
+            note = _(": {note}").format(note=_(variant.note)) if variant.note else ""
+            yield Finding("driver_old", "ok", _("NVIDIA driver {driver} runs only the legacy {build} build of "
+                                                "torch {release}{note}").format(
+                              driver=facts.driver.version, build=variant.name, release=plan.release, note=note),
+                          _("fine today, but PyTorch is dropping CUDA {cuda}: its current builds with code for these "
+                            "GPUs need driver {needed} or newer").format(cuda=variant.cuda, needed=need),
+                          _("update the NVIDIA driver to {needed} or newer before the next torch release").format(
+                              needed=need))
             return
 
 
@@ -179,10 +192,10 @@ def _current_build_driver(facts: Facts, release: str) -> str | None:
 def check_mixed_gpus(facts: Facts) -> Iterator[Finding]:
     builds = _builds_per_gpu(facts)
     if builds:
-        yield Finding("mixed_gpus", "warn", "no torch build has native code for every GPU here: "
-                      + ", ".join(b.label for b in builds),
-                      "one process can use only the GPUs its build has code for; recent wheels dropped the older "
-                      "cards and older wheels lack the newer ones, so each kind of GPU needs its own environment",
+        yield Finding("mixed_gpus", "warn", _("no torch build has native code for every GPU here: {gpus}").format(
+                          gpus=", ".join(b.label for b in builds)),
+                      _("one process can use only the GPUs its build has code for; recent wheels dropped the older "
+                        "cards and older wheels lack the newer ones, so each kind of GPU needs its own environment"),
                       _per_gpu_fix(builds))
 
 
@@ -192,13 +205,17 @@ def check_visible_devices(facts: Facts) -> Iterator[Finding]:
         return
     entries = [item.strip() for item in value.split(",") if item.strip()]
     if not entries or entries[0] in ("-1", "none", "NoDevFiles"):
-        yield Finding("visible_devices", "fail", f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU",
-                      f"{len(facts.gpus)} GPU(s) are installed, but CUDA programs see none",
-                      "unset CUDA_VISIBLE_DEVICES, or list the GPUs to use: export CUDA_VISIBLE_DEVICES=0,1")
+        yield Finding("visible_devices", "fail", _("CUDA_VISIBLE_DEVICES={value} hides every GPU").format(
+                          value=repr(value)),
+                      ngettext("{count} GPU is installed, but CUDA programs see none",
+                               "{count} GPUs are installed, but CUDA programs see none",
+                               len(facts.gpus)).format(count=len(facts.gpus)),
+                      _("unset CUDA_VISIBLE_DEVICES, or list the GPUs to use: export CUDA_VISIBLE_DEVICES=0,1"))
     elif len(entries) < len(facts.gpus):
-        yield Finding("visible_devices", "warn", f"CUDA_VISIBLE_DEVICES={value!r} shows {len(entries)} of "
-                      f"{len(facts.gpus)} GPUs", "the others are hidden from CUDA programs (NVML still lists them)",
-                      "unset CUDA_VISIBLE_DEVICES if that is not meant")
+        yield Finding("visible_devices", "warn", _("CUDA_VISIBLE_DEVICES={value} shows {shown} of {count} GPUs")
+                      .format(value=repr(value), shown=len(entries), count=len(facts.gpus)),
+                      _("the others are hidden from CUDA programs (NVML still lists them)"),
+                      _("unset CUDA_VISIBLE_DEVICES if that is not meant"))
 
 
 def _torch_build_findings(facts: Facts, torch: FrameworkFact) -> Iterator[Finding]:
@@ -206,16 +223,19 @@ def _torch_build_findings(facts: Facts, torch: FrameworkFact) -> Iterator[Findin
 
     platform = facts.env.platform or "linux"
     if torch.cuda_version is None:
-        yield Finding("torch_cpu_wheel", "fail", f"PyTorch {torch.version} is a CPU-only build on a machine with "
-                      f"{len(facts.gpus)} NVIDIA GPU(s)",
-                      "torch.cuda.is_available() is False: everything runs on the CPU",
+        yield Finding("torch_cpu_wheel", "fail", ngettext(
+                          "PyTorch {version} is a CPU-only build on a machine with {count} NVIDIA GPU",
+                          "PyTorch {version} is a CPU-only build on a machine with {count} NVIDIA GPUs",
+                          len(facts.gpus)).format(version=torch.version, count=len(facts.gpus)),
+                      _("torch.cuda.is_available() is False: everything runs on the CPU"),
                       _torch_install(facts))
         return
     if facts.driver.version and not driver_supports(facts.driver.version, torch.cuda_version, platform):
         needed = min_driver_for(torch.cuda_version, platform)
-        yield Finding("driver_too_old", "fail", f"driver {facts.driver.version} is too old for PyTorch's CUDA "
-                      f"{torch.cuda_version} (needs {needed} or newer)", "CUDA initialisation fails "
-                      "('The NVIDIA driver on your system is too old')",
+        yield Finding("driver_too_old", "fail", _("driver {driver} is too old for PyTorch's CUDA {cuda} (needs "
+                                                  "{needed} or newer)").format(
+                          driver=facts.driver.version, cuda=torch.cuda_version, needed=needed),
+                      _("CUDA initialisation fails ('The NVIDIA driver on your system is too old')"),
                       _driver_too_old_fix(facts, needed))
     arch_list = torch.arch_list or ()
     yield from _minor_compat_findings(facts, torch)
@@ -224,17 +244,20 @@ def _torch_build_findings(facts: Facts, torch: FrameworkFact) -> Iterator[Findin
             if gpu.compute_capability and arch_covers(gpu.compute_capability, arch_list) is None:
                 oldest = min((parse_arch(a)[1:3] for a in arch_list if a.startswith("sm_")), default=None)
                 if oldest is not None and parse_compute_capability(gpu.compute_capability) < oldest:
-                    what = (f"this PyTorch build dropped the {gpu.name} (compute capability "
-                            f"{gpu.compute_capability}; oldest compiled: sm_{oldest[0]}{oldest[1]})")
+                    what = _("this PyTorch build dropped the {gpu} (compute capability {cc}; oldest compiled: "
+                             "{oldest})").format(gpu=gpu.name, cc=gpu.compute_capability,
+                                                 oldest=f"sm_{oldest[0]}{oldest[1]}")
                 else:
-                    what = (f"this PyTorch build has no kernels for the {gpu.name} (compute capability "
-                            f"{gpu.compute_capability}; compiled: {', '.join(arch_list)})")
-                yield Finding("arch_missing", "fail", what, "CUDA calls fail with 'no kernel image is available "
-                              "for execution on the device'", _torch_install(facts))
+                    what = _("this PyTorch build has no kernels for the {gpu} (compute capability {cc}; compiled: "
+                             "{arches})").format(gpu=gpu.name, cc=gpu.compute_capability, arches=", ".join(arch_list))
+                yield Finding("arch_missing", "fail", what, _("CUDA calls fail with 'no kernel image is available "
+                              "for execution on the device'"), _torch_install(facts))
     if torch.gpu_available is False and facts.driver.found:
-        yield Finding("torch_no_gpu", "fail", f"PyTorch {torch.version} (CUDA {torch.cuda_version}) sees no GPU",
-                      "torch.cuda.is_available() is False although a driver and GPUs are present",
-                      "check the findings above; `python -c \"import torch; torch.cuda.init()\"` shows the CUDA error")
+        yield Finding("torch_no_gpu", "fail", _("PyTorch {version} (CUDA {cuda}) sees no GPU").format(
+                          version=torch.version, cuda=torch.cuda_version),
+                      _("torch.cuda.is_available() is False although a driver and GPUs are present"),
+                      _("check the findings above; `python -c \"import torch; torch.cuda.init()\"` shows the CUDA "
+                        "error"))
 
 
 def _minor_compat_findings(facts: Facts, torch: FrameworkFact) -> Iterator[Finding]:
@@ -254,18 +277,24 @@ def _minor_compat_findings(facts: Facts, torch: FrameworkFact) -> Iterator[Findi
     compat = minor_compat()
     for gpu, match in gpus:
         if match is not None and match[0] == "ptx":
-            yield Finding("minor_compat_ptx", "fail", f"PyTorch {torch.version} (CUDA {cuda}) has only PTX "
-                          f"({match[1]}) for the {gpu.name}, and driver {driver.version} runs CUDA {cuda} only "
-                          "through minor-version compatibility, which cannot JIT-compile it",
-                          f"CUDA calls on that GPU fail with {compat.ptx_error} ({compat.source})",
-                          f"install a build with native code for it: {_torch_install(facts)}; or update the NVIDIA "
-                          f"driver to one that reports CUDA {cuda} or newer, which can JIT-compile that PTX")
+            yield Finding("minor_compat_ptx", "fail", _(
+                              "PyTorch {version} (CUDA {cuda}) has only PTX ({arch}) for the {gpu}, and driver "
+                              "{driver} runs CUDA {cuda} only through minor-version compatibility, which cannot "
+                              "JIT-compile it").format(version=torch.version, cuda=cuda, arch=match[1], gpu=gpu.name,
+                                                       driver=driver.version),
+                          _("CUDA calls on that GPU fail with {error} ({source})").format(error=compat.ptx_error,
+                                                                                          source=compat.source),
+                          _("install a build with native code for it: {command}; or update the NVIDIA driver to one "
+                            "that reports CUDA {cuda} or newer, which can JIT-compile that PTX").format(
+                              command=_torch_install(facts), cuda=cuda))
     native = [f"{gpu.name} ({match[1]})" for gpu, match in gpus if match is not None and match[0] == "sass"]
     if native and len(native) == len(gpus):
-        reported = f" (it reports CUDA {driver.cuda_version})" if driver.cuda_version else ""
-        yield Finding("minor_compat", "ok", f"driver {driver.version}{reported} runs PyTorch's CUDA {cuda} through "
-                      f"minor-version compatibility: the build has native code for {', '.join(native)}",
-                      f"no PTX JIT is needed; {compat.caveat} ({compat.source})")
+        reported = _(" (it reports CUDA {cuda})").format(cuda=driver.cuda_version) if driver.cuda_version else ""
+        yield Finding("minor_compat", "ok", _("driver {driver}{reported} runs PyTorch's CUDA {cuda} through "
+                                              "minor-version compatibility: the build has native code for {gpus}")
+                      .format(driver=driver.version, reported=reported, cuda=cuda, gpus=", ".join(native)),
+                      _("no PTX JIT is needed; {caveat} ({source})").format(caveat=_(compat.caveat),
+                                                                            source=compat.source))
 
 
 def check_torch(facts: Facts) -> Iterator[Finding]:
@@ -276,18 +305,20 @@ def check_torch(facts: Facts) -> Iterator[Finding]:
         yield _timeout_finding(torch)
         return
     if torch.import_error:
-        yield Finding("torch_import", "fail", f"importing torch failed: {torch.import_error}",
-                      "a broken install can hang or crash every program that imports it",
-                      "reinstall it in a fresh virtual environment: " + _torch_install(facts))
+        yield Finding("torch_import", "fail", _("importing torch failed: {error}").format(error=torch.import_error),
+                      _("a broken install can hang or crash every program that imports it"),
+                      _("reinstall it in a fresh virtual environment: {command}").format(
+                          command=_torch_install(facts)))
         return
     if not facts.gpus:
-        yield Finding("torch", "ok", f"PyTorch {torch.version}" + (f" (CUDA {torch.cuda_version})"
-                                                                  if torch.cuda_version else " (CPU build)"))
+        yield Finding("torch", "ok", (_("PyTorch {version} (CUDA {cuda})") if torch.cuda_version
+                                      else _("PyTorch {version} (CPU build)")).format(version=torch.version,
+                                                                                    cuda=torch.cuda_version))
         return
     found = list(_torch_build_findings(facts, torch))
     if all(f.status == "ok" for f in found):
-        found.insert(0, Finding("torch", "ok", f"PyTorch {torch.version} with CUDA {torch.cuda_version} runs on "
-                                "every GPU here"))
+        found.insert(0, Finding("torch", "ok", _("PyTorch {version} with CUDA {cuda} runs on every GPU here").format(
+            version=torch.version, cuda=torch.cuda_version)))
     yield from found
 
 
@@ -295,47 +326,56 @@ def _timeout_finding(framework: FrameworkFact) -> Finding:
     """An import that did not finish in time: slow (still making progress) or stalled, never called broken on
     the timeout alone, so the fix is a longer limit and a way to see where it waits, not a reinstall."""
     name = framework.name
-    doing = f" (last stage: {framework.last_stage})" if framework.last_stage else ""
-    where = (f"`python -X importtime -c 'import {name}' 2>&1 | sort -t'|' -k2 -n | tail` shows the slowest imports, "
-             "and `py-spy dump --pid PID` where a waiting one is stuck")
-    longer = f"re-run with a longer limit: gpufly doctor --import-timeout {RERUN_IMPORT_TIMEOUT_S}"
+    doing = _(" (last stage: {stage})").format(stage=framework.last_stage) if framework.last_stage else ""
+    where = _("{command} shows the slowest imports, and `py-spy dump --pid PID` where a waiting one is stuck").format(
+        command=f"`python -X importtime -c 'import {name}' 2>&1 | sort -t'|' -k2 -n | tail`")
+    longer = _("re-run with a longer limit: {command}").format(
+        command=f"gpufly doctor --import-timeout {RERUN_IMPORT_TIMEOUT_S}")
     if framework.stalled:
         return Finding(f"{name}_import_timeout", "fail",
-                       framework.import_error or f"importing {name} stopped making progress{doing}",
-                       "an import that waits without progress is often a lock, a network file system or a GPU "
-                       "driver call, not a broken install: a timeout alone says nothing about the files",
-                       f"{longer}; if it stops at the same stage again, {where}")
+                       framework.import_error or _("importing {name} stopped making progress{stage}").format(
+                           name=name, stage=doing),
+                       _("an import that waits without progress is often a lock, a network file system or a GPU "
+                         "driver call, not a broken install: a timeout alone says nothing about the files"),
+                       _("{rerun}; if it stops at the same stage again, {where}").format(rerun=longer, where=where))
     return Finding(f"{name}_import_timeout", "warn",
-                   framework.import_error or f"importing {name} was still making progress when stopped{doing}",
-                   "a busy or slow machine (cold disk cache, network file system) makes large imports slow; "
-                   "slow is not broken", f"{longer}; {where}")
+                   framework.import_error or _("importing {name} was still making progress when stopped{stage}")
+                   .format(name=name, stage=doing),
+                   _("a busy or slow machine (cold disk cache, network file system) makes large imports slow; "
+                     "slow is not broken"), f"{longer}; {where}")
 
 
 def check_tensorflow(facts: Facts) -> Iterator[Finding]:
     tf = next((f for f in facts.frameworks if f.name == "tensorflow"), None)
     if tf is None or not tf.installed:
         return
-    verify = "check with tf.config.list_physical_devices('GPU') (tf.test.is_gpu_available is deprecated)"
+    verify = _("check with tf.config.list_physical_devices('GPU') (tf.test.is_gpu_available is deprecated)")
     if tf.distribution == "tensorflow-gpu":
-        yield Finding("tensorflow_gpu_package", "fail", "TensorFlow comes from the removed 'tensorflow-gpu' package",
-                      "tensorflow-gpu stopped at 2.10 and no longer installs; GPU support is in 'tensorflow' itself",
+        yield Finding("tensorflow_gpu_package", "fail", _("TensorFlow comes from the removed 'tensorflow-gpu' "
+                                                          "package"),
+                      _("tensorflow-gpu stopped at 2.10 and no longer installs; GPU support is in 'tensorflow' "
+                        "itself"),
                       "pip uninstall -y tensorflow-gpu && pip install 'tensorflow[and-cuda]'; " + verify)
         return
     if tf.timed_out:
         yield _timeout_finding(tf)
         return
     if tf.import_error:
-        yield Finding("tensorflow_import", "fail", f"importing TensorFlow failed: {tf.import_error}",
-                      "", "reinstall: pip install 'tensorflow[and-cuda]'")
+        yield Finding("tensorflow_import", "fail", _("importing TensorFlow failed: {error}").format(
+                          error=tf.import_error),
+                      "", _("reinstall: {command}").format(command="pip install 'tensorflow[and-cuda]'"))
         return
     if facts.gpus and not tf.gpu_available:
         cpu_only = tf.cuda_version is None or tf.distribution == "tensorflow-cpu"
-        yield Finding("tensorflow_no_gpu", "fail", f"TensorFlow {tf.version} " + (
-            "is built without CUDA" if cpu_only else "sees no GPU"), "TensorFlow runs everything on the CPU",
-            ("pip install 'tensorflow[and-cuda]' (Linux; on Windows, GPU support needs WSL2 since TF 2.11); "
-             if cpu_only else "install the CUDA libraries it expects: pip install 'tensorflow[and-cuda]'; ") + verify)
+        what = _("TensorFlow {version} is built without CUDA") if cpu_only else _("TensorFlow {version} sees no GPU")
+        yield Finding("tensorflow_no_gpu", "fail", what.format(version=tf.version),
+                      _("TensorFlow runs everything on the CPU"),
+                      (_("pip install 'tensorflow[and-cuda]' (Linux; on Windows, GPU support needs WSL2 since TF "
+                         "2.11); ") if cpu_only else _("install the CUDA libraries it expects: pip install "
+                                                         "'tensorflow[and-cuda]'; ")) + verify)
         return
-    yield Finding("tensorflow", "ok", f"TensorFlow {tf.version}" + (" with GPU" if tf.gpu_available else ""))
+    yield Finding("tensorflow", "ok", (_("TensorFlow {version} with GPU") if tf.gpu_available
+                                       else _("TensorFlow {version}")).format(version=tf.version))
 
 
 def check_jax(facts: Facts) -> Iterator[Finding]:
@@ -345,13 +385,14 @@ def check_jax(facts: Facts) -> Iterator[Finding]:
     if jax.timed_out:
         yield _timeout_finding(jax)
     elif jax.import_error:
-        yield Finding("jax_import", "fail", f"importing JAX failed: {jax.import_error}", "",
+        yield Finding("jax_import", "fail", _("importing JAX failed: {error}").format(error=jax.import_error), "",
                       'pip install -U "jax[cuda12]"')
     elif facts.gpus and jax.backend != "gpu":
-        yield Finding("jax_cpu", "fail", f"JAX {jax.version} runs on the {jax.backend or 'cpu'} backend",
-                      "jaxlib without a CUDA plugin ignores the GPUs", 'pip install -U "jax[cuda12]"')
+        yield Finding("jax_cpu", "fail", _("JAX {version} runs on the {backend} backend").format(
+                          version=jax.version, backend=jax.backend or "cpu"),
+                      _("jaxlib without a CUDA plugin ignores the GPUs"), 'pip install -U "jax[cuda12]"')
     else:
-        yield Finding("jax", "ok", f"JAX {jax.version} on {jax.backend}")
+        yield Finding("jax", "ok", _("JAX {version} on {backend}").format(version=jax.version, backend=jax.backend))
 
 
 def _catalog() -> Catalog:
@@ -376,26 +417,29 @@ def check_half_precision(facts: Facts) -> Iterator[Finding]:
     catalog = _catalog() if facts.gpus else None
     for gpu in facts.gpus:
         if catalog is not None and slow_half_precision(gpu, catalog):
-            yield Finding("slow_fp16", "warn", f"the {gpu.name} (compute capability {gpu.compute_capability}) has no "
-                          "fast half precision", "FP16 runs at a small fraction of FP32 and there are no tensor cores: "
-                          "mixed precision (AMP) slows it down", "train in FP32 on this card, or use a Volta or newer "
-                          "GPU for AMP")
+            yield Finding("slow_fp16", "warn", _("the {gpu} (compute capability {cc}) has no fast half precision")
+                          .format(gpu=gpu.name, cc=gpu.compute_capability),
+                          _("FP16 runs at a small fraction of FP32 and there are no tensor cores: mixed precision "
+                            "(AMP) slows it down"),
+                          _("train in FP32 on this card, or use a Volta or newer GPU for AMP"))
 
 
 def _link(gpu: GpuFact) -> str:
-    now = f"gen {gpu.pcie_gen_current} x{gpu.pcie_width_current}"
-    return f"PCIe {now} (max gen {gpu.pcie_gen_max} x{gpu.pcie_width_max})"
+    return _("PCIe gen {gen} x{width} (max gen {max_gen} x{max_width})").format(
+        gen=gpu.pcie_gen_current, width=gpu.pcie_width_current, max_gen=gpu.pcie_gen_max, max_width=gpu.pcie_width_max)
 
 
 def check_pcie(facts: Facts) -> Iterator[Finding]:
     for gpu in facts.gpus:
         if gpu.pcie_width_current and gpu.pcie_width_max and gpu.pcie_width_current < gpu.pcie_width_max:
-            yield Finding("pcie_degraded", "warn", f"GPU {gpu.index} ({gpu.name}) runs on a narrower link: "
-                          f"{_link(gpu)}", "host-to-device copies (data loading, offload) are slower in proportion",
-                          "reseat the card in a full x16 slot; check the BIOS lane split and riser cables")
+            yield Finding("pcie_degraded", "warn", _("GPU {index} ({gpu}) runs on a narrower link: {link}").format(
+                              index=gpu.index, gpu=gpu.name, link=_link(gpu)),
+                          _("host-to-device copies (data loading, offload) are slower in proportion"),
+                          _("reseat the card in a full x16 slot; check the BIOS lane split and riser cables"))
         elif gpu.pcie_gen_current and gpu.pcie_gen_max and gpu.pcie_gen_current < gpu.pcie_gen_max:
-            yield Finding("pcie_gen", "ok", f"GPU {gpu.index} link at gen {gpu.pcie_gen_current} of "
-                          f"{gpu.pcie_gen_max}: normal when idle (the link speeds up under load)")
+            yield Finding("pcie_gen", "ok", _("GPU {index} link at gen {gen} of {max_gen}: normal when idle (the link "
+                                              "speeds up under load)").format(
+                              index=gpu.index, gen=gpu.pcie_gen_current, max_gen=gpu.pcie_gen_max))
 
 
 def check_free_memory(facts: Facts) -> Iterator[Finding]:
@@ -405,9 +449,11 @@ def check_free_memory(facts: Facts) -> Iterator[Finding]:
         if gpu.memory_free_bytes < LOW_FREE_VRAM_SHARE * gpu.memory_total_bytes and gpu.processes:
             holders = ", ".join(f"{p.name or '?'} (pid {p.pid}, {(p.used_memory_bytes or 0) / 2**30:.1f} GiB)"
                                 for p in gpu.processes)
-            yield Finding("low_free_vram", "warn", f"GPU {gpu.index} has {gpu.memory_free_bytes / 2**30:.1f} of "
-                          f"{gpu.memory_total_bytes / 2**30:.1f} GiB free", f"held by {holders}",
-                          "stop those processes or pick another GPU (CUDA_VISIBLE_DEVICES)")
+            yield Finding("low_free_vram", "warn", _("GPU {index} has {free} of {total} GiB free").format(
+                              index=gpu.index, free=f"{gpu.memory_free_bytes / 2**30:.1f}",
+                              total=f"{gpu.memory_total_bytes / 2**30:.1f}"),
+                          _("held by {processes}").format(processes=holders),
+                          _("stop those processes or pick another GPU (CUDA_VISIBLE_DEVICES)"))
 
 
 def check_toolkit(facts: Facts) -> Iterator[Finding]:
@@ -417,16 +463,20 @@ def check_toolkit(facts: Facts) -> Iterator[Finding]:
         return
     if nvcc and nvcc.split(".")[:2] != torch.cuda_version.split(".")[:2]:
         yield Finding("toolkit_mismatch", "warn",
-                      f"the system CUDA toolkit is {nvcc}, PyTorch's is {torch.cuda_version}",
-                      "harmless for running (the wheel brings its own CUDA libraries); it matters only when building "
-                      "CUDA extensions (flash-attn, apex, custom ops), which must match torch's CUDA major version",
-                      f"to build extensions, install CUDA toolkit {torch.cuda_version} and point CUDA_HOME at it")
+                      _("the system CUDA toolkit is {nvcc}, PyTorch's is {cuda}").format(nvcc=nvcc,
+                                                                                         cuda=torch.cuda_version),
+                      _("harmless for running (the wheel brings its own CUDA libraries); it matters only when "
+                        "building CUDA extensions (flash-attn, apex, custom ops), which must match torch's CUDA major "
+                        "version"),
+                      _("to build extensions, install CUDA toolkit {cuda} and point CUDA_HOME at it").format(
+                          cuda=torch.cuda_version))
     system, bundled = facts.toolkit.cudnn_version, torch.cudnn_version
     if system and bundled and system.split(".")[0] != str(bundled)[0] and facts.env.ld_library_path:
-        yield Finding("cudnn_mismatch", "warn", f"a system cuDNN {system} is on LD_LIBRARY_PATH; PyTorch ships "
-                      f"cuDNN {bundled}", "a library path that puts another cuDNN first can load the wrong one "
-                      "(CUDNN_STATUS_VERSION_MISMATCH or crashes)",
-                      "remove the system cuDNN directory from LD_LIBRARY_PATH for PyTorch jobs")
+        yield Finding("cudnn_mismatch", "warn", _("a system cuDNN {system} is on LD_LIBRARY_PATH; PyTorch ships "
+                                                  "cuDNN {bundled}").format(system=system, bundled=bundled),
+                      _("a library path that puts another cuDNN first can load the wrong one "
+                        "(CUDNN_STATUS_VERSION_MISMATCH or crashes)"),
+                      _("remove the system cuDNN directory from LD_LIBRARY_PATH for PyTorch jobs"))
 
 
 def check_extensions(facts: Facts) -> Iterator[Finding]:
@@ -452,24 +502,30 @@ def smoke_findings(results: list[SmokeResult], error: str | None, facts: Facts) 
     from gpufly.catalog import default_catalog
 
     if error:
-        return [Finding("smoke", "fail", error, "a GPU that cannot run a matmul cannot run a model")]
+        return [Finding("smoke", "fail", error, _("a GPU that cannot run a matmul cannot run a model"))]
     if not results:
-        reason = "no GPU PyTorch can use" if facts.gpus else "no NVIDIA GPU"
-        return [Finding("smoke", "ok" if not facts.gpus else "fail", f"smoke test skipped: {reason}")]
+        reason = _("no GPU PyTorch can use") if facts.gpus else _("no NVIDIA GPU")
+        return [Finding("smoke", "ok" if not facts.gpus else "fail", _("smoke test skipped: {reason}").format(
+            reason=reason))]
     catalog = default_catalog()
     findings = []
     for r in results:
         if not r.ok:
-            detail = r.error or f"relative error {r.relative_error:.2e} against the CPU"
-            findings.append(Finding("smoke", "fail", f"GPU {r.index} ({r.name}) computed a wrong {r.dtype} matmul: "
-                                    f"{detail}", "results on this GPU cannot be trusted",
-                                    "check `nvidia-smi -q -d ECC,TEMPERATURE`, reseat the card, update the driver"))
+            detail = r.error or _("relative error {error} against the CPU").format(error=f"{r.relative_error:.2e}")
+            findings.append(Finding("smoke", "fail", _("GPU {index} ({gpu}) computed a wrong {dtype} matmul: {detail}")
+                                    .format(index=r.index, gpu=r.name, dtype=r.dtype, detail=detail),
+                                    _("results on this GPU cannot be trusted"),
+                                    _("check `nvidia-smi -q -d ECC,TEMPERATURE`, reseat the card, update the driver")))
             continue
         spec = catalog.match_device(r.name)
         field = {"float32": "fp32_tflops", "float16": "fp16_tensor_tflops", "bfloat16": "bf16_tensor_tflops"}[r.dtype]
         peak = getattr(spec, field) if spec else None
-        kind = "derived" if spec is not None and spec.is_derived(field) else "datasheet"
-        share = f" = {r.tflops / peak:.0%} of the {peak:g} TFLOPS {kind} peak" if peak and r.tflops else ""
-        findings.append(Finding("smoke", "ok", f"GPU {r.index} ({r.name}) {r.dtype} matmul correct "
-                                f"(error {r.relative_error:.1e}), {r.tflops:.1f} TFLOPS{share}"))
+        derived = spec is not None and spec.is_derived(field)
+        share = ((_(" = {share} of the {peak} TFLOPS derived peak") if derived
+                  else _(" = {share} of the {peak} TFLOPS datasheet peak")).format(
+                      share=f"{r.tflops / peak:.0%}", peak=f"{peak:g}") if peak and r.tflops else "")
+        findings.append(Finding("smoke", "ok", _("GPU {index} ({gpu}) {dtype} matmul correct (error {error}), {tflops} "
+                                                 "TFLOPS{share}").format(
+            index=r.index, gpu=r.name, dtype=r.dtype, error=f"{r.relative_error:.1e}", tflops=f"{r.tflops:.1f}",
+            share=share)))
     return findings

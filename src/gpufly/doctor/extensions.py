@@ -29,6 +29,7 @@ from packaging.version import Version
 
 from gpufly.doctor.compat import DATA_DIR, parse_compute_capability, parse_version
 from gpufly.errors import GpuflyError, unknown_choice
+from gpufly.i18n import gettext as _
 from gpufly.records import checked, from_dict
 
 if TYPE_CHECKING:
@@ -267,11 +268,12 @@ class _Problem:
 def _fix(package: Package, fact: ExtensionFact, torch: _Torch | None) -> str:
     """The package's rebuild command for this machine, with its note."""
     if torch is None and "{torch" in package.fix:
-        return "install torch first (`gpufly install torch` prints the command for this machine), then check again"
+        return _("install torch first (`gpufly install torch` prints the command for this machine), then check again")
     if torch is not None and torch.cuda is None and ("{torch_index}" in package.fix
                                                      or build_of(fact, package).cuda is not None):
-        return (f"install a CUDA build of torch {torch.release} first (`gpufly install torch` prints the command for "
-                f"this machine): {package.label} is a CUDA build; then check again")
+        return _("install a CUDA build of torch {release} first (`gpufly install torch` prints the command for this "
+                 "machine): {package} is a CUDA build; then check again").format(release=torch.release,
+                                                                                 package=package.label)
     paired = next((row.release for row in package.paired_releases if torch and row.torch == torch.minor), None)
     values = {
         "paired_release": paired or "",
@@ -283,11 +285,12 @@ def _fix(package: Package, fact: ExtensionFact, torch: _Torch | None) -> str:
         "torch_requires": fact.torch_requires or package.distribution,
     }
     if package.paired_releases and paired is None:
-        return package.fix_unpaired.format(**values)
-    parts = [package.fix.format(**values), package.fix_note.format(**values)]
+        return _(package.fix_unpaired).format(**values)
+    parts = [package.fix.format(**values), _(package.fix_note).format(**values)]
     if package.compile:
-        parts.append(f"if it still fails to import, compile it for this torch: {package.compile.format(**values)}")
-    return "; ".join(part for part in parts if part)
+        parts.append(_("if it still fails to import, compile it for this torch: {command}").format(
+            command=package.compile.format(**values)))
+    return _("; ").join(part for part in parts if part)
 
 
 def _build_mismatches(build: Build, torch: _Torch, cuda_match: str) -> list[str]:
@@ -299,16 +302,18 @@ def _build_mismatches(build: Build, torch: _Torch, cuda_match: str) -> list[str]
         same = (wanted.release[:2] == have.release[:2] if len(wanted.release) <= 2
                 else wanted.base_version == have.base_version)
         if not same:
-            found.append(f"built for torch {build.torch}, this torch is {torch.version}")
+            found.append(_("built for torch {built}, this torch is {version}").format(built=build.torch,
+                                                                                       version=torch.version))
     parts = 2 if cuda_match == "minor" else 1
     if build.cuda is not None:
         if torch.cuda is None:
-            found.append(f"built for CUDA {build.cuda}, this torch is a CPU-only build")
+            found.append(_("built for CUDA {built}, this torch is a CPU-only build").format(built=build.cuda))
         elif build.cuda.split(".")[:parts] != torch.cuda.split(".")[:parts]:
-            found.append(f"built for CUDA {build.cuda}, this torch uses CUDA {torch.cuda}")
+            found.append(_("built for CUDA {built}, this torch uses CUDA {cuda}").format(built=build.cuda,
+                                                                                          cuda=torch.cuda))
     if build.cxx11_abi is not None and torch.cxx11_abi is not None and build.cxx11_abi != torch.cxx11_abi:
-        found.append(f"built with cxx11abi{str(build.cxx11_abi).upper()}, this torch uses "
-                     f"cxx11abi{str(torch.cxx11_abi).upper()}")
+        found.append(_("built with {built}, this torch uses {abi}").format(
+            built=f"cxx11abi{str(build.cxx11_abi).upper()}", abi=f"cxx11abi{str(torch.cxx11_abi).upper()}"))
     return found
 
 
@@ -330,30 +335,34 @@ def _import_problems(fact: ExtensionFact, package: Package, torch: _Torch | None
                      mismatches: list[str]) -> Iterator[_Problem]:
     """What the child's import showed: a failure, a hang, or kernels that did not load."""
     fix = _fix(package, fact, torch)
-    built = f" (it was {'; '.join(mismatches)})" if mismatches else ""
+    built = _(" (it was {mismatches})").format(mismatches=_("; ").join(mismatches)) if mismatches else ""
+    named = _named(fact, package)
     if fact.timed_out:
-        yield _Problem("import", "warn", f"importing {_named(fact, package)} did not finish in time",
-                       "a slow machine or a hung import: the doctor cannot tell which, so nothing is reinstalled "
-                       "on this alone", f"time it: python -c \"import {package.imports[0]}\"")
+        yield _Problem("import", "warn", _("importing {package} did not finish in time").format(package=named),
+                       _("a slow machine or a hung import: the doctor cannot tell which, so nothing is reinstalled "
+                         "on this alone"), _("time it: {command}").format(
+                           command=f"python -c \"import {package.imports[0]}\""))
         return
     if fact.import_error:
         if "No module named 'torch'" in fact.import_error:
-            yield _Problem("import", "fail", f"{_named(fact, package)} is installed but torch is not",
-                           "it imports torch and fails without it", "install torch first: `gpufly install torch` "
-                           "prints the command for this machine; then check again")
+            yield _Problem("import", "fail", _("{package} is installed but torch is not").format(package=named),
+                           _("it imports torch and fails without it"), _("install torch first: `gpufly install "
+                                                                         "torch` prints the command for this "
+                                                                         "machine; then check again"))
             return
         meanings = _messages(fact.import_error)
-        why = "; ".join(m.why for m in meanings) or "a broken install, or a build for another torch or CUDA"
-        yield _Problem("import", "fail", f"importing {_named(fact, package)} failed: "
-                       f"{_last_line(fact.import_error)[:300]}", why + built, fix)
+        why = _("; ").join(_(m.why) for m in meanings) or _("a broken install, or a build for another torch or CUDA")
+        yield _Problem("import", "fail", _("importing {package} failed: {error}").format(
+                           package=named, error=_last_line(fact.import_error)[:300]), why + built, fix)
         return
     for meaning in _messages(fact.import_output or ""):
-        yield _Problem("kernels", meaning.status, f"{_named(fact, package)} imports, but: "
-                       f"{_matching_line(fact.import_output or '', meaning.text)[:300]}", meaning.why + built, fix)
+        yield _Problem("kernels", meaning.status, _("{package} imports, but: {line}").format(
+                           package=named, line=_matching_line(fact.import_output or "", meaning.text)[:300]),
+                       _(meaning.why) + built, fix)
         return
     if fact.imported and package.kernels and set(package.kernels) <= set(fact.absent_kernels):
-        yield _Problem("kernels", "warn", f"{_named(fact, package)} has none of its compiled kernels "
-                       f"({', '.join(package.kernels)})", package.kernels_missing, fix)
+        yield _Problem("kernels", "warn", _("{package} has none of its compiled kernels ({kernels})").format(
+                           package=named, kernels=", ".join(package.kernels)), _(package.kernels_missing), fix)
 
 
 def _matching_line(text: str, needle: str) -> str:
@@ -368,10 +377,13 @@ def _pin_problems(fact: ExtensionFact, package: Package, torch: _Torch | None) -
         except InvalidRequirement:
             wanted = None
         if wanted is not None and not wanted.specifier.contains(torch.release, prereleases=True):
-            yield _Problem("torch", "fail", f"{_named(fact, package)} requires {fact.requires_torch}; this torch is "
-                           f"{torch.version}", "it was built against that torch: its compiled code fails to load "
-                           "or misbehaves with another", f"{_fix(package, fact, torch)}; or keep {package.label} and "
-                           f"put back the torch it needs: {_torch_command(wanted, torch)}")
+            yield _Problem("torch", "fail", _("{package} requires {requirement}; this torch is {version}").format(
+                               package=_named(fact, package), requirement=fact.requires_torch, version=torch.version),
+                           _("it was built against that torch: its compiled code fails to load or misbehaves with "
+                             "another"),
+                           _("{fix}; or keep {package} and put back the torch it needs: {command}").format(
+                               fix=_fix(package, fact, torch), package=package.label,
+                               command=_torch_command(wanted, torch)))
     if fact.torch_requires:
         try:
             pin = Requirement(fact.torch_requires)
@@ -379,9 +391,11 @@ def _pin_problems(fact: ExtensionFact, package: Package, torch: _Torch | None) -
             pin = None
         if pin is not None and not pin.specifier.contains(Version(fact.version).public, prereleases=True):
             torch_named = f"torch {torch.version}" if torch else "torch"
-            yield _Problem("torch", "fail", f"{torch_named} requires {fact.torch_requires}; {package.label} "
-                           f"{fact.version} is installed", "torch is built and tested against that version: "
-                           "torch.compile fails or miscompiles with another", _fix(package, fact, torch))
+            yield _Problem("torch", "fail", _("{torch} requires {requirement}; {package} {version} is installed")
+                           .format(torch=torch_named, requirement=fact.torch_requires, package=package.label,
+                                   version=fact.version),
+                           _("torch is built and tested against that version: torch.compile fails or miscompiles "
+                             "with another"), _fix(package, fact, torch))
 
 
 def _torch_command(requirement: Requirement, torch: _Torch) -> str:
@@ -395,7 +409,9 @@ def _torch_command(requirement: Requirement, torch: _Torch) -> str:
         return command
     release = next((r for r in torch_releases() if r.release == f"{pinned.major}.{pinned.minor}"), None)
     variant = next((v for v in release.variants if v.name == torch.index), None) if release else None
-    return f"{command} --index-url {variant.index_url}" if variant else f"{command} (PyPI's default CUDA build of it)"
+    if variant is None:
+        return _("{command} (PyPI's default CUDA build of it)").format(command=command)
+    return f"{command} --index-url {variant.index_url}"
 
 
 def _bitsandbytes_problems(fact: ExtensionFact, package: Package, torch: _Torch | None) -> Iterator[_Problem]:
@@ -404,11 +420,12 @@ def _bitsandbytes_problems(fact: ExtensionFact, package: Package, torch: _Torch 
         return
     wanted = ".".join(torch.cuda.split(".")[:2])
     if wanted not in fact.cuda_libraries:
-        shipped = ", ".join(fact.cuda_libraries) or "none (CPU only)"
-        yield _Problem("cuda", "fail", f"{_named(fact, package)} has no CUDA {wanted} library (libbitsandbytes_cuda"
-                       f"{wanted.replace('.', '')}); it ships CUDA: {shipped}",
-                       "it loads the library for torch's CUDA version, and without it falls back to the CPU or fails "
-                       "('CUDA Setup failed', 'compiled without GPU support')", _fix(package, fact, torch))
+        shipped = ", ".join(fact.cuda_libraries) or _("none (CPU only)")
+        yield _Problem("cuda", "fail", _("{package} has no CUDA {cuda} library ({library}); it ships CUDA: {shipped}")
+                       .format(package=_named(fact, package), cuda=wanted,
+                               library=f"libbitsandbytes_cuda{wanted.replace('.', '')}", shipped=shipped),
+                       _("it loads the library for torch's CUDA version, and without it falls back to the CPU or "
+                         "fails ('CUDA Setup failed', 'compiled without GPU support')"), _fix(package, fact, torch))
 
 
 def _rule_applies(rule: GpuRule, version: str) -> bool:
@@ -431,12 +448,14 @@ def _gpu_problems(fact: ExtensionFact, package: Package, gpus: Sequence[GpuFact]
         left_out = [gpu for gpu in gpus if _outside(rule, gpu)]
         if not left_out:
             continue
-        names = ", ".join(f"GPU {g.index} {g.name} (compute capability {g.compute_capability})" for g in left_out)
-        span = f"{rule.min_cc}" + (f" to {rule.max_cc}" if rule.max_cc else " or newer")
+        names = ", ".join(_("GPU {index} {gpu} (compute capability {cc})").format(
+            index=g.index, gpu=g.name, cc=g.compute_capability) for g in left_out)
+        span = (_("{low} to {high}").format(low=rule.min_cc, high=rule.max_cc) if rule.max_cc
+                else _("{low} or newer").format(low=rule.min_cc))
         others = len(left_out) < len(gpus)
-        fix = rule.fix + ("; or run it on the other GPUs only (CUDA_VISIBLE_DEVICES)" if others else "")
-        yield _Problem("gpu", rule.status, f"{_named(fact, package)} does not support {names}: it needs compute "
-                       f"capability {span}", rule.why, fix)
+        fix = _(rule.fix) + (_("; or run it on the other GPUs only (CUDA_VISIBLE_DEVICES)") if others else "")
+        yield _Problem("gpu", rule.status, _("{package} does not support {gpus}: it needs compute capability {span}")
+                       .format(package=_named(fact, package), gpus=names, span=span), _(rule.why), fix)
         return
 
 
@@ -455,11 +474,12 @@ def _problems(fact: ExtensionFact, package: Package, facts: Facts, torch: _Torch
     if mismatches and not any(p.status == "fail" for p in found):
         unsure = fact.imported is True and package.build_record == "wheel_tag"
         status: Status = "warn" if unsure else "fail"
-        why = ("it imported, but its compiled code calls into torch and CUDA by their binary interface: calls may "
-               "still fail" if unsure else "its compiled code calls into torch and CUDA by their binary "
-               "interface: with another torch it fails to import ('undefined symbol') or its kernels do not load")
-        found.insert(0, _Problem("build", status, f"{_named(fact, package)} was {'; '.join(mismatches)}", why,
-                                 _fix(package, fact, torch)))
+        why = (_("it imported, but its compiled code calls into torch and CUDA by their binary interface: calls may "
+                 "still fail") if unsure else _("its compiled code calls into torch and CUDA by their binary "
+                                                "interface: with another torch it fails to import ('undefined "
+                                                "symbol') or its kernels do not load"))
+        found.insert(0, _Problem("build", status, _("{package} was {mismatches}").format(
+            package=_named(fact, package), mismatches=_("; ").join(mismatches)), why, _fix(package, fact, torch)))
     found += _pin_problems(fact, package, torch)
     if package.build_record == "bitsandbytes_libraries" and not any(p.kind in ("import", "kernels") for p in found):
         found += _bitsandbytes_problems(fact, package, torch)
@@ -471,8 +491,9 @@ def _summary(fact: ExtensionFact, package: Package) -> str:
     build = build_of(fact, package)
     parts = [f"torch {build.torch}" if build.torch else "", f"CUDA {build.cuda}" if build.cuda else ""]
     built = ", ".join(p for p in parts if p)
-    state = "imports" if fact.imported else "installed (not imported)"
-    return f"{_named(fact, package)} {state}" + (f", built for {built}" if built else "")
+    state = (_("{package} imports") if fact.imported else _("{package} installed (not imported)")).format(
+        package=_named(fact, package))
+    return state + (_(", built for {build}").format(build=built) if built else "")
 
 
 def extension_findings(facts: Facts, extensions: Sequence[ExtensionFact]) -> list[Finding]:
@@ -493,9 +514,10 @@ def extension_findings(facts: Facts, extensions: Sequence[ExtensionFact]) -> lis
     for fact in extensions:
         package = table.package(fact.package)
         if torch_broken:
-            findings.append(Finding(package.id, "warn", f"{_named(fact, package)} not checked: torch's own import "
-                                    "failed or did not finish", "every extension imports torch first",
-                                    "fix torch first (see the torch_import finding), then run gpufly doctor again"))
+            findings.append(Finding(package.id, "warn", _("{package} not checked: torch's own import failed or did "
+                                                          "not finish").format(package=_named(fact, package)),
+                                    _("every extension imports torch first"),
+                                    _("fix torch first (see the torch_import finding), then run gpufly doctor again")))
             continue
         problems = _problems(fact, package, facts, torch)
         findings += [Finding(f"{package.id}_{p.kind}", p.status, p.what, p.why, p.fix) for p in problems]

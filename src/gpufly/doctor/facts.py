@@ -21,6 +21,8 @@ import msgspec
 from gpufly.doctor.compat import PLATFORMS, parse_arch, parse_compute_capability, parse_version
 from gpufly.doctor.extensions import ExtensionFact
 from gpufly.errors import GpuflyError, unknown_choice
+from gpufly.i18n import gettext as _
+from gpufly.i18n import ngettext
 from gpufly.jsonfile import read_json, write_json_atomic
 from gpufly.records import Check, checked, from_dict, shown
 
@@ -218,8 +220,9 @@ def _cpu_line(cpu: CpuFact) -> str | None:
     flags were not read (not Linux), only the model."""
     if cpu.model is None and not cpu.flags:
         return None
-    head = ", ".join(part for part in (cpu.model, f"{cpu.logical_cores} logical cores" if cpu.logical_cores
-                                       else None) if part)
+    cores = ngettext("{count} logical core", "{count} logical cores", cpu.logical_cores or 0).format(
+        count=cpu.logical_cores) if cpu.logical_cores else None
+    head = ", ".join(part for part in (cpu.model, cores) if part)
     if not cpu.flags:
         return head or None
     arm = any(flag in cpu.flags for flag in ("asimd", "sve"))
@@ -228,21 +231,23 @@ def _cpu_line(cpu: CpuFact) -> str | None:
     for label, prefixes in groups:
         found = [flag for flag in cpu.flags if flag.startswith(prefixes)]
         detail = f" ({' '.join(found)})" if len(found) > 1 else ""
-        said.append(f"{label} {'yes' if found else 'no'}{detail}")
+        said.append(f"{label} {_('yes') if found else _('no')}{detail}")
     return f"{head}; {', '.join(said)}"
 
 
 def _torch_line(torch: FrameworkFact) -> str:
     if torch.timed_out or torch.import_error:
-        return f"{torch.version or 'installed'}: not imported ({torch.import_error or 'timed out'})"
+        return _("{version}: not imported ({reason})").format(version=torch.version or _("installed"),
+                                                                reason=torch.import_error or _("timed out"))
     if torch.cuda_version is None:
-        return f"{torch.version} (CPU build)"
+        return _("{version} (CPU build)").format(version=torch.version)
     loaded = [f"{name} {version}" for name, version in (("cuDNN", torch.cudnn_version),
                                                          ("NCCL", torch.nccl_version)) if version]
-    line = f"{torch.version}: CUDA runtime {torch.cuda_version} (in the wheel)"
-    line += f", {' and '.join(loaded)} loaded" if loaded else ""
+    line = _("{version}: CUDA runtime {cuda} (in the wheel)").format(version=torch.version, cuda=torch.cuda_version)
+    line += _(", {libraries} loaded").format(libraries=_(" and ").join(loaded)) if loaded else ""
     system = [path for path in torch.libraries or () if not _from_a_package(path)]
-    return line + (f"; loaded from outside the Python packages: {', '.join(system)}" if system else "")
+    return line + (_("; loaded from outside the Python packages: {paths}").format(paths=", ".join(system))
+                   if system else "")
 
 
 def _from_a_package(path: str) -> bool:
@@ -256,15 +261,15 @@ def summary_lines(facts: Facts) -> list[tuple[str, str]]:
     """The facts a bug report needs, as (label, text) lines, each only where it was found: what
     ``torch.utils.collect_env`` prints, plus the driver and the CUDA toolkit on the system."""
     system, env, toolkit = facts.system, facts.env, facts.toolkit
-    os_parts = [system.os, f"kernel {system.kernel}" if system.kernel else None, system.libc,
-                "WSL" if env.in_wsl else None, "container" if env.in_container else None]
-    lines = [("OS", ", ".join(part for part in os_parts if part)),
-             ("compiler", f"GCC {system.gcc_version}" if system.gcc_version else ""),
+    os_parts = [system.os, _("kernel {version}").format(version=system.kernel) if system.kernel else None,
+                system.libc, "WSL" if env.in_wsl else None, _("container") if env.in_container else None]
+    lines = [(_("OS"), ", ".join(part for part in os_parts if part)),
+             (_("compiler"), f"GCC {system.gcc_version}" if system.gcc_version else ""),
              ("CPU", _cpu_line(system.cpu) or ""),
              ("Python", " ".join(part for part in (env.python_version, env.platform, env.machine) if part))]
     if facts.driver.found:
         cuda = f" (CUDA {facts.driver.cuda_version})" if facts.driver.cuda_version else ""
-        lines.append(("driver", f"{facts.driver.version or 'version unknown'}{cuda}"))
+        lines.append((_("driver"), f"{facts.driver.version or _('version unknown')}{cuda}"))
     torch = facts.framework("torch")
     if torch is not None:
         lines.append(("torch", _torch_line(torch)))
@@ -272,8 +277,8 @@ def summary_lines(facts: Facts) -> list[tuple[str, str]]:
                                                              ("cuDNN", toolkit.cudnn_version),
                                                              ("NCCL", toolkit.nccl_version)) if version]
     if system_libs:
-        lines.append(("toolkit", f"{', '.join(system_libs)} on the system (used to build extensions, not by "
-                                 "the wheels)"))
+        lines.append((_("toolkit"), _("{libraries} on the system (used to build extensions, not by the wheels)")
+                      .format(libraries=", ".join(system_libs))))
     return [(label, text) for label, text in lines if text]
 
 

@@ -12,6 +12,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpufly.i18n import gettext as _
+from gpufly.i18n import ngettext
+
 if TYPE_CHECKING:
     from gpufly.report.build import TuneSummary
     from gpufly.report.models_fit import BuyRow, ModelFitRow
@@ -40,10 +43,11 @@ class Action:
     @property
     def gain_text(self) -> str:
         if self.tier == BLOCKING:
-            return "unblocks the GPU stack"
+            return _("unblocks the GPU stack")
         if self.gain is None:
-            return TIERS[self.tier]
-        return f"{self.gain:.2f}x measured" if self.tier == MEASURED else f"up to {self.gain:.2f}x"
+            return {MEASURED: _("measured"), BOUND: _("upper bound"), ADVICE: _("advice")}[self.tier]
+        gain = f"{self.gain:.2f}x"
+        return (_("{gain} measured") if self.tier == MEASURED else _("up to {gain}")).format(gain=gain)
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "tier_name": TIERS[self.tier], "gain_text": self.gain_text}
@@ -64,12 +68,14 @@ def bench_actions(reaches: ReachSection | None, has_gpu: bool) -> list[Action]:
     """A figure far under its peak (bound: reaching the peak), or a suggestion to measure when nothing was. A figure
     the bench marked noisy decides nothing: its shortfall may be the other load on the machine."""
     if reaches is None:
-        return [Action("measure what this machine really reaches", "gpufly report --bench",
-                       "datasheet figures are ceilings; a slow link, low clocks or a power cap show only when measured",
+        return [Action(_("measure what this machine really reaches"), "gpufly report --bench",
+                       _("datasheet figures are ceilings; a slow link, low clocks or a power cap show only when "
+                         "measured"),
                        ADVICE, None, "what it reaches")] if has_gpu else []
-    return [Action(f"{figure.name} reaches {figure.percent_of_peak:.0f}% of its datasheet peak",
+    return [Action(_("{figure} reaches {percent} of its datasheet peak").format(
+                       figure=figure.name, percent=f"{figure.percent_of_peak:.0f}%"),
                    "gpufly doctor && nvidia-smi -q -d CLOCK,POWER,PERFORMANCE",
-                   f"{figure.summary}: check throttling, the power limit and the PCIe link",
+                   _("{summary}: check throttling, the power limit and the PCIe link").format(summary=figure.summary),
                    BOUND, 100.0 / figure.percent_of_peak, "what it reaches")
             for figure in reaches.against_peak
             if figure.percent_of_peak and figure.percent_of_peak < LOW_PERCENT_OF_PEAK and not figure.noisy]
@@ -78,8 +84,11 @@ def bench_actions(reaches: ReachSection | None, has_gpu: bool) -> list[Action]:
 def tune_actions(tune: TuneSummary | None) -> list[Action]:
     if tune is None or not tune.speedup or tune.speedup <= 1.0:
         return []
-    return [Action(f"apply the tuner's best safe configuration ({tune.best})", "; ".join(tune.code) or tune.best,
-                   f"measured over {tune.trials} trials, loss unchanged", MEASURED, tune.speedup, "tune")]
+    return [Action(_("apply the tuner's best safe configuration ({best})").format(best=tune.best),
+                   "; ".join(tune.code) or tune.best,
+                   ngettext("measured over {count} trial, loss unchanged",
+                            "measured over {count} trials, loss unchanged", tune.trials).format(count=tune.trials),
+                   MEASURED, tune.speedup, "tune")]
 
 
 def profile_actions(profile: dict[str, Any] | None) -> list[Action]:
@@ -98,14 +107,17 @@ def model_actions(rows: Sequence[ModelFitRow], buys: Sequence[BuyRow]) -> list[A
     fitting = [row for row in rows if row.fits and row.task == "infer"]
     if fitting:
         largest = max(fitting, key=lambda row: (row.needs_bytes, row.speed or 0.0))
-        return [Action(f"run {largest.model} ({largest.job}) on {largest.gpu}", largest.command,
-                       "the largest of the report's models that fits here", ADVICE, None, "what fits")]
+        return [Action(_("run {model} ({job}) on {gpu}").format(model=largest.model, job=largest.job, gpu=largest.gpu),
+                       largest.command, _("the largest of the report's models that fits here"), ADVICE, None,
+                       "what fits")]
     priced = [row for row in buys if row.gpu is not None and row.task == "infer"]
     if not priced:
         return []
     biggest = priced[-1].model_id
     best = max((row for row in priced if row.model_id == biggest), key=lambda row: row.speed or 0.0)
     count = f"{best.gpus}x " if best.gpus > 1 else ""
-    return [Action(f"to run {best.model} ({best.job}): {count}{best.gpu} (${best.price_usd or 0:,.0f} at launch)",
-                   best.command, f"the largest of the report's models that runs within ${best.budget_usd:,.0f}, "
-                   "on its fastest setup there", ADVICE, None, "what fits")]
+    return [Action(_("to run {model} ({job}): {gpus} ({price} at launch)").format(
+                       model=best.model, job=best.job, gpus=f"{count}{best.gpu}", price=f"${best.price_usd or 0:,.0f}"),
+                   best.command, _("the largest of the report's models that runs within {budget}, on its fastest "
+                                   "setup there").format(budget=f"${best.budget_usd:,.0f}"), ADVICE, None,
+                   "what fits")]

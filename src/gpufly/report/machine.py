@@ -7,6 +7,8 @@ from typing import Any
 
 from gpufly.catalog import Catalog, GpuSpec, default_catalog
 from gpufly.hw import GpuDevice, GpuReader, HostFacts, Nvml, NvmlStatus, probe_host
+from gpufly.i18n import gettext as _
+from gpufly.i18n import ngettext
 
 SCHEMA_VERSION = 1
 
@@ -41,9 +43,11 @@ class MachineReport:
         """One line a person reads first."""
         if not self.gpus:
             why = f" ({self.nvml.reason})" if self.nvml.reason else ""
-            return f"no NVIDIA GPU found{why}; CPU: {self.host.cpu_model}"
+            return _("no NVIDIA GPU found{why}; CPU: {cpu}").format(why=why, cpu=self.host.cpu_model)
         names = ", ".join(gpu.device.name for gpu in self.gpus)
-        return f"{len(self.gpus)} NVIDIA GPU(s): {names}; driver {self.driver_version or 'unknown'}"
+        return ngettext("{count} NVIDIA GPU: {names}; driver {driver}", "{count} NVIDIA GPUs: {names}; driver {driver}",
+                        len(self.gpus)).format(count=len(self.gpus), names=names,
+                                               driver=self.driver_version or _("unknown"))
 
     def gpu_types(self) -> list[tuple[GpuSpec, int]]:
         """Each catalog GPU type found, with how many of it (GPUs not in the catalog left out)."""

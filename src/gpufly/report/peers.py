@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufly.catalog.spec import GpuSpec
+from gpufly.i18n import gettext as _
 
 DENSE_16BIT_FIELDS = ("bf16_tensor_tflops", "fp16_tensor_tflops")
 """The 16-bit training and inference rate, BF16 first (what current training runs in), FP16 where BF16 is absent."""
@@ -47,8 +48,9 @@ class LadderPlace:
     @property
     def summary(self) -> str:
         if self.rank is None:
-            return f"{self.gpu}: no published or derived 16-bit tensor rate, so no rank by it"
-        return f"{self.gpu}: #{self.rank} of {self.of} by dense 16-bit tensor rate"
+            return _("{gpu}: no published or derived 16-bit tensor rate, so no rank by it").format(gpu=self.gpu)
+        return _("{gpu}: #{rank} of {count} by dense 16-bit tensor rate").format(gpu=self.gpu, rank=self.rank,
+                                                                                 count=self.of)
 
     def to_dict(self) -> dict[str, Any]:
         return {"gpu": self.gpu, "rank": self.rank, "of": self.of, "summary": self.summary,

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpufly.i18n import gettext as _
+
 if TYPE_CHECKING:
     from gpufly.bench import BenchResult, BenchRun
 
@@ -66,9 +68,11 @@ class Reach:
     @property
     def summary(self) -> str:
         """'412 TFLOP/s (398-421 TFLOP/s), 42% of 989 TFLOP/s'."""
-        text = f"{self.shown(self.value)} ({self.interval_text}{', noisy' if self.noisy else ''})"
+        noisy = _(", noisy") if self.noisy else ""
+        text = f"{self.shown(self.value)} ({self.interval_text}{noisy})"
         if self.peak is not None and self.percent_of_peak is not None:
-            text += f", {self.percent_of_peak:.0f}% of {self.shown(self.peak)}"
+            text += _(", {percent} of {peak}").format(percent=f"{self.percent_of_peak:.0f}%",
+                                                      peak=self.shown(self.peak))
         return text
 
     def to_dict(self) -> dict[str, Any]:
@@ -81,8 +85,9 @@ def reach(result: BenchResult) -> Reach:
     the samples are the value scaled by median/p90 and median/p10; a time (launch latency) scales the other way."""
     timing = result.timing
     if result.value_low is not None and result.value_high is not None:
-        level = f"{100 * timing.ci_level:.0f}% " if timing.ci_level is not None else ""
-        low, high, interval = result.value_low, result.value_high, f"{level}interval of the median"
+        interval = (_("{level} interval of the median").format(level=f"{100 * timing.ci_level:.0f}%")
+                    if timing.ci_level is not None else _("interval of the median"))
+        low, high = result.value_low, result.value_high
     else:
         low, high = _spread(result)
         interval = SPREAD_NOTE

@@ -7,14 +7,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpufly.errors import GpuflyError
+from gpufly.i18n import gettext as _
 
 if TYPE_CHECKING:
     from gpufly.doctor import Facts, Finding, InstallPlan
-
-FAST_PATH_NOTE = ("frameworks read from installed files; `gpufly doctor` imports them (seconds each), which also "
-                  "catches an install whose import crashes")
-"""The report stays fast by using the doctor's import_frameworks=False path, and says so wherever it shows the
-verdict."""
 
 
 @dataclass(frozen=True)
@@ -38,12 +34,18 @@ class SetupSection:
     def verdict(self) -> str:
         """One line: ready, or how many checks failed and warned."""
         if not self.failed and not self.warnings:
-            return f"ready: all {len(self.findings)} checks pass"
-        return f"{len(self.failed)} failed, {len(self.warnings)} warnings, of {len(self.findings)} checks"
+            return _("ready: all {count} checks pass").format(count=len(self.findings))
+        return _("{fails} failed, {warns} warnings, of {count} checks").format(
+            fails=len(self.failed), warns=len(self.warnings), count=len(self.findings))
 
     @property
     def note(self) -> str:
-        return "frameworks imported in a child process" if self.frameworks_imported else FAST_PATH_NOTE
+        """How the frameworks were checked: the report stays fast by using the doctor's import_frameworks=False
+        path, and says so wherever it shows the verdict."""
+        if self.frameworks_imported:
+            return _("frameworks imported in a child process")
+        return _("frameworks read from installed files; `gpufly doctor` imports them (seconds each), which also "
+                 "catches an install whose import crashes")
 
     def to_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "note": self.note, "frameworks_imported": self.frameworks_imported,

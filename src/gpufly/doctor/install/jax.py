@@ -28,6 +28,7 @@ from gpufly.doctor.install.plan import (
     target_gpus,
 )
 from gpufly.errors import GpuflyError
+from gpufly.i18n import gettext as _
 
 JAX_VERIFY = 'python -c "import jax; print(jax.default_backend(), jax.devices())"'
 
@@ -43,20 +44,22 @@ def choose_jax(gpus: Sequence[GpuInput], driver: DriverFact | None, platform: st
     facts = jax_facts()
     cpu = facts["cpu_command"]
     support = facts["gpu_platforms"][platform]
-    warnings = tuple(row["text"] for row in facts["warnings"]
+    warnings = tuple(_(row["text"]) for row in facts["warnings"]
                      if row["when"] == "ld_library_path" and env is not None and env.ld_library_path)
     visible = target_gpus(gpus)
     version = loaded_driver_version(driver)
     if support == "unsupported":
-        where = "native Windows (use WSL2, where they are experimental)" if platform == "windows" else "macOS"
-        return InstallPlan("jax", cpu, f"JAX has no NVIDIA GPU wheels for {where}: the CPU build", variant="cpu",
-                           verify=JAX_VERIFY, warnings=(*warnings, *ignored_cuda(cuda)))
+        reason = (_("JAX has no NVIDIA GPU wheels for native Windows (use WSL2, where they are experimental): the CPU "
+                    "build") if platform == "windows" else _("JAX has no NVIDIA GPU wheels for macOS: the CPU build"))
+        return InstallPlan("jax", cpu, reason, variant="cpu", verify=JAX_VERIFY,
+                           warnings=(*warnings, *ignored_cuda(cuda)))
     if version is None or not visible:
-        return InstallPlan("jax", cpu, f"{no_gpu_reason(platform, version, visible, driver)}: the CPU build",
+        return InstallPlan("jax", cpu, _("{reason}: the CPU build").format(
+                               reason=no_gpu_reason(platform, version, visible, driver)),
                            variant="cpu", verify=JAX_VERIFY, warnings=(*warnings, *ignored_cuda(cuda)))
     extras = _jax_extras(wanted)
     if support == "experimental":
-        warnings += (f"JAX's GPU wheels are experimental on {platform.upper()}",)
+        warnings += (_("JAX's GPU wheels are experimental on {platform}").format(platform=platform.upper()),)
     return _plan_jax(extras, visible, version, wanted, cpu, warnings)
 
 
@@ -77,7 +80,7 @@ def _plan_jax(extras: Sequence[JaxExtra], visible: Sequence[TargetGpu], version:
     """The newest extra every GPU and the driver meet; else the CPU build, naming the driver update if that is
     what stands in the way."""
     known = [g for g in visible if g.cc]
-    asked = f" (CUDA {cuda_key(wanted)[0]}.x, as asked)" if wanted else ""
+    asked = _(" (CUDA {cuda}, as asked)").format(cuda=f"{cuda_key(wanted)[0]}.x") if wanted else ""
     rejected = []
     drivers: list[JaxExtra] = []
     for extra in extras:
@@ -91,18 +94,24 @@ def _plan_jax(extras: Sequence[JaxExtra], visible: Sequence[TargetGpu], version:
             rejected.append(f"{extra.extra}: needs driver >= {extra.min_driver_linux}, this one is {version}")
             drivers.append(extra)
             continue
-        reason = (f"driver {version} and {labels(visible)} meet jax[{extra.extra}]{asked} (driver >= "
-                  f"{extra.min_driver_linux}, compute capability >= {extra.min_compute_capability})")
+        reason = _("driver {driver} and {gpus} meet {extra}{asked} (driver >= {needed}, compute capability >= {cc})"
+                   ).format(driver=version, gpus=labels(visible), extra=f"jax[{extra.extra}]", asked=asked,
+                            needed=extra.min_driver_linux, cc=extra.min_compute_capability)
         return InstallPlan("jax", extra.command, reason, variant=extra.extra, cuda=extra.cuda, verify=JAX_VERIFY,
                            warnings=warnings, rejected=tuple(rejected))
     if drivers:
         lowest = min(drivers, key=lambda extra: parse_version(extra.min_driver_linux))
         needs_driver = lowest.min_driver_linux
-        warnings += tuple(f"a driver >= {e.min_driver_linux} runs jax[{e.extra}]" for e in drivers if e != lowest)
-        return InstallPlan("jax", cpu, f"driver {version} is too old for JAX's CUDA wheels{asked}: the CPU build "
-                           f"until the NVIDIA driver is updated to at least {needs_driver} (jax[{lowest.extra}])",
+        warnings += tuple(_("a driver >= {driver} runs {extra}").format(driver=e.min_driver_linux,
+                                                                         extra=f"jax[{e.extra}]")
+                          for e in drivers if e != lowest)
+        return InstallPlan("jax", cpu, _("driver {driver} is too old for JAX's CUDA wheels{asked}: the CPU build until "
+                                         "the NVIDIA driver is updated to at least {needed} ({extra})").format(
+                               driver=version, asked=asked, needed=needs_driver, extra=f"jax[{lowest.extra}]"),
                            variant="cpu", needs_driver=needs_driver,
-                           advice=f"update the NVIDIA driver to at least {needs_driver}, then run: {lowest.command}",
+                           advice=_("update the NVIDIA driver to at least {driver}, then run: {command}").format(
+                               driver=needs_driver, command=lowest.command),
                            verify=JAX_VERIFY, warnings=warnings, rejected=tuple(rejected))
-    return InstallPlan("jax", cpu, f"{labels(visible)} is older than any JAX CUDA wheel{asked} supports: the CPU "
-                       "build", variant="cpu", verify=JAX_VERIFY, warnings=warnings, rejected=tuple(rejected))
+    return InstallPlan("jax", cpu, _("{gpus} is older than any JAX CUDA wheel{asked} supports: the CPU build").format(
+                           gpus=labels(visible), asked=asked), variant="cpu", verify=JAX_VERIFY, warnings=warnings,
+                       rejected=tuple(rejected))

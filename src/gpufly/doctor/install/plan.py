@@ -10,6 +10,7 @@ from typing import Any
 from gpufly.doctor.compat import cuda_key, parse_compute_capability, parse_version
 from gpufly.doctor.facts import DriverFact, EnvFact, GpuFact
 from gpufly.errors import GpuflyError
+from gpufly.i18n import gettext as _
 
 GpuInput = GpuFact | str
 """A GPU as the probes saw it, or just its compute capability ("8.6")."""
@@ -72,13 +73,13 @@ class TargetGpu:
     @property
     def label(self) -> str:
         if self.name is None:
-            return f"a {self.cc} GPU"
+            return _("a {cc} GPU").format(cc=self.cc)
         return f"{self.name} ({self.cc})" if self.cc else self.name
 
     def running(self, entry: str) -> str:
         """The GPU with the code it runs: "GTX 1080 Ti (6.1, sm_60)"."""
-        how = f"PTX {entry}, JIT-compiled on first use" if entry.startswith("compute_") else entry
-        return f"{self.name} ({self.cc}, {how})" if self.name else f"a {self.cc} GPU ({how})"
+        how = _("PTX {arch}, JIT-compiled on first use").format(arch=entry) if entry.startswith("compute_") else entry
+        return f"{self.name} ({self.cc}, {how})" if self.name else _("a {cc} GPU ({how})").format(cc=self.cc, how=how)
 
 
 def platform_of(env: EnvFact) -> str:
@@ -115,13 +116,14 @@ def loaded_driver_version(driver: DriverFact | None) -> str | None:
 def no_gpu_reason(platform: str, version: str | None, gpus: Sequence[TargetGpu], driver: DriverFact | None) -> str:
     """Why a plan falls back to the CPU build before looking at any table."""
     if platform == "darwin":
-        return "there are no NVIDIA CUDA builds for macOS"
+        return _("there are no NVIDIA CUDA builds for macOS")
     if version is None and gpus:
         detail = f" ({driver.error})" if driver is not None and driver.error else ""
-        return f"{labels(gpus)} found but no working NVIDIA driver{detail}; install the driver to use the GPU"
+        return _("{gpus} found but no working NVIDIA driver{detail}; install the driver to use the GPU").format(
+            gpus=labels(gpus), detail=detail)
     if version is None:
-        return "no NVIDIA driver found"
-    return "no NVIDIA GPU found"
+        return _("no NVIDIA driver found")
+    return _("no NVIDIA GPU found")
 
 
 def normalize_cuda(cuda: str | None) -> str | None:
@@ -141,4 +143,4 @@ def normalize_cuda(cuda: str | None) -> str | None:
 
 def ignored_cuda(cuda: str | None) -> tuple[str, ...]:
     """The note for a --cuda that a CPU plan cannot honour."""
-    return (f"--cuda {cuda} ignored: no CUDA build can be used here",) if cuda else ()
+    return (_("--cuda {cuda} ignored: no CUDA build can be used here").format(cuda=cuda),) if cuda else ()

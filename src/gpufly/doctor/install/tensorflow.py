@@ -29,6 +29,7 @@ from gpufly.doctor.install.plan import (
     target_gpus,
 )
 from gpufly.errors import GpuflyError
+from gpufly.i18n import gettext as _
 
 
 def choose_tensorflow(gpus: Sequence[GpuInput], driver: DriverFact | None, platform: str = "linux",
@@ -51,10 +52,11 @@ def choose_tensorflow(gpus: Sequence[GpuInput], driver: DriverFact | None, platf
         warnings += ignored_cuda(cuda)
         if platform == "windows":
             return _tensorflow_windows(release, cpu, verify, warnings)
-        return InstallPlan("tensorflow", cpu, f"{no_gpu_reason(platform, version, visible, driver)}: the CPU build",
+        return InstallPlan("tensorflow", cpu, _("{reason}: the CPU build").format(
+                               reason=no_gpu_reason(platform, version, visible, driver)),
                            variant="cpu", release=release.release, verify=verify, warnings=warnings)
     release = _tensorflow_release(python_version, wanted)
-    asked = ", as asked" if wanted else ""
+    asked = _(", as asked") if wanted else ""
     if driver_supports(version, release.cuda, platform):
         return _tensorflow_gpu(release, version, asked, verify, warnings)
     return _tensorflow_driver_too_old(release, version, platform, python_version, verify, warnings)
@@ -93,12 +95,13 @@ def _tensorflow_warnings(installed: FrameworkFact | None) -> tuple[str, ...]:
     """The GPU check to use, and a removed package that must go before the install."""
     facts = tensorflow_facts()
     check = facts["gpu_check"]
-    warnings = [f"check the GPU with {check['use']}; {check['deprecated']} is deprecated"]
+    warnings = [_("check the GPU with {use}; {deprecated} is deprecated").format(use=check["use"],
+                                                                                 deprecated=check["deprecated"])]
     distribution = (installed.distribution or "").replace("_", "-").lower() if installed else ""
     for row in facts["removed_packages"]:
         if distribution == row["package"]:
-            warnings.append(f"{row['package']} is installed: it is removed from PyPI ({row['note']}); "
-                            f"run pip uninstall -y {row['package']} first")
+            warnings.append(_("{package} is installed: it is removed from PyPI ({note}); run {command} first").format(
+                package=row["package"], note=_(row["note"]), command=f"pip uninstall -y {row['package']}"))
     return tuple(warnings)
 
 
@@ -112,14 +115,17 @@ def _tensorflow_gpu(release: TensorflowRelease, version: str, asked: str, verify
                     warnings: tuple[str, ...]) -> InstallPlan:
     if not release.and_cuda:
         since = tensorflow_facts()["and_cuda"]["since"]
-        warnings += (f"TensorFlow {release.release} does not bring CUDA with it (the and-cuda extra starts with "
-                     f"{since}): install CUDA {release.cuda} and cuDNN {release.cudnn} yourself",)
-        reason = (f"TensorFlow {release.release} is tested with CUDA {release.cuda}{asked}, and cuDNN "
-                  f"{release.cudnn}; driver {version} runs it")
+        warnings += (_("TensorFlow {release} does not bring CUDA with it (the and-cuda extra starts with {since}): "
+                       "install CUDA {cuda} and cuDNN {cudnn} yourself").format(
+                         release=release.release, since=since, cuda=release.cuda, cudnn=release.cudnn),)
+        reason = _("TensorFlow {release} is tested with CUDA {cuda}{asked}, and cuDNN {cudnn}; driver {driver} runs "
+                   "it").format(release=release.release, cuda=release.cuda, asked=asked, cudnn=release.cudnn,
+                                driver=version)
         return InstallPlan("tensorflow", f"pip install {_tf_spec(release, None)}", reason, variant="system-cuda",
                            release=release.release, cuda=release.cuda, verify=verify, warnings=warnings)
-    reason = (f"driver {version} runs CUDA {release.cuda}{asked}, which TensorFlow {release.release} is tested with "
-              f"(cuDNN {release.cudnn}); the and-cuda extra installs both from pip")
+    reason = _("driver {driver} runs CUDA {cuda}{asked}, which TensorFlow {release} is tested with (cuDNN {cudnn}); "
+               "the and-cuda extra installs both from pip").format(driver=version, cuda=release.cuda, asked=asked,
+                                                                   release=release.release, cudnn=release.cudnn)
     return InstallPlan("tensorflow", f"pip install {_tf_spec(release, 'and-cuda')}", reason, variant="and-cuda",
                        release=release.release, cuda=release.cuda, verify=verify, warnings=warnings)
 
@@ -134,27 +140,31 @@ def _tensorflow_driver_too_old(release: TensorflowRelease, version: str, platfor
         usable = python_version is None or older.supports_python(python_version)
         if older.and_cuda and usable and driver_supports(version, older.cuda, platform):
             alternatives.append(Alternative(f"pip install {_tf_spec(older, 'and-cuda')}",
-                                            f"keeps driver {version}: TensorFlow {older.release} uses CUDA "
-                                            f"{older.cuda}"))
+                                            _("keeps driver {driver}: TensorFlow {release} uses CUDA {cuda}").format(
+                                                driver=version, release=older.release, cuda=older.cuda)))
             break
-    reason = (f"driver {version} is too old for CUDA {release.cuda} of TensorFlow {release.release} (needs >= "
-              f"{need}): the CPU build until the driver is updated")
+    reason = _("driver {driver} is too old for CUDA {cuda} of TensorFlow {release} (needs >= {needed}): the CPU build "
+               "until the driver is updated").format(driver=version, cuda=release.cuda, release=release.release,
+                                                     needed=need)
     return InstallPlan("tensorflow", cpu, reason, variant="cpu", release=release.release, cuda=release.cuda,
                        needs_driver=need,
-                       advice=f"update the NVIDIA driver to at least {need}, then run: "
-                              f"pip install {_tf_spec(release, 'and-cuda')}",
+                       advice=_("update the NVIDIA driver to at least {driver}, then run: {command}").format(
+                           driver=need, command=f"pip install {_tf_spec(release, 'and-cuda')}"),
                        verify=verify, warnings=warnings, alternatives=tuple(alternatives))
 
 
 def _tensorflow_windows(release: TensorflowRelease, cpu: str, verify: str, warnings: tuple[str, ...]) -> InstallPlan:
     """Native Windows lost GPU support after 2.10: the CPU build here, WSL2 or the old conda recipe as choices."""
     native = tensorflow_facts()["native_windows_gpu"]
-    reason = (f"TensorFlow {native['last_release']} was the last release with GPU support on native Windows; "
-              f"newer ones use the GPU only under WSL2 (Windows 10 build {native['wsl_min_windows_build']} or later)")
+    reason = _("TensorFlow {release} was the last release with GPU support on native Windows; newer ones use the GPU "
+               "only under WSL2 (Windows 10 build {build} or later)").format(
+        release=native["last_release"], build=native["wsl_min_windows_build"])
     alternatives = (
-        Alternative("pip install 'tensorflow[and-cuda]'", "inside WSL2: the GPU build of the current release"),
+        Alternative("pip install 'tensorflow[and-cuda]'", _("inside WSL2: the GPU build of the current release")),
         Alternative(" && ".join(native["legacy_recipe"]),
-                    f"native Windows GPU with TensorFlow {native['last_release']} and conda's CUDA 11.2 / cuDNN 8.1"),
+                    _("native Windows GPU with TensorFlow {release} and conda's CUDA 11.2 / cuDNN 8.1").format(
+                        release=native["last_release"])),
     )
-    return InstallPlan("tensorflow", cpu, f"{reason}: the CPU build here", variant="cpu", release=release.release,
+    return InstallPlan("tensorflow", cpu, _("{reason}: the CPU build here").format(reason=reason), variant="cpu",
+                       release=release.release,
                        verify=verify, warnings=warnings, alternatives=alternatives)

@@ -34,10 +34,14 @@ from gpufly.doctor.compat import torch_index_url, torch_release
 from gpufly.doctor.install.mirrors import Sources, mirror_table, serving
 from gpufly.doctor.install.plan import Alternative, InstallPlan
 from gpufly.errors import GpuflyError, unknown_choice
+from gpufly.i18n import gettext as _
 
 TOOLS = ("pip", "uv", "pixi", "conda")
 INSTALLERS_FILE = Path(__file__).parent.parent / "data" / "installers.json"
-_PIP_COMMAND = re.compile(r"pip install [^;]+")
+_PIP_COMMAND = re.compile(r"pip install (?:(?!, )[^;\uff1b\uff0c])+")
+"""A pip command inside a sentence: it ends where the sentence goes on, at a semicolon or a comma and space ("...
+cu126, run with CUDA_VISIBLE_DEVICES=1"), or at a Chinese semicolon or comma (a translated sentence's punctuation).
+None of these is ever part of a command; a comma inside a requirement (torch>=2,<3) has no space after it."""
 
 
 @cache
@@ -153,12 +157,13 @@ def _place_torch(install: PipInstall, sources: Sources, target: Target, release:
     release = _torch_release(install.requirements[0], release) if install.requirements else release
     mirror = sources.pytorch
     if mirror is not None and mirror.serves(build):
-        notes.append(f"torch {build} from the {sources.pytorch_name} PyTorch wheel mirror ({sources.pytorch_origin}): "
-                     f"{mirror.note}")
+        notes.append(_("torch {build} from the {mirror} PyTorch wheel mirror ({origin}): {note}").format(
+            build=build, mirror=sources.pytorch_name, origin=sources.pytorch_origin, note=_(mirror.note)))
         return Placed(replace(install, index_url=mirror.url(build)), build, pypi=sources.pypi)
     if sources.pypi is not None and _on_pypi(release, build, target):
-        notes.append(f"PyPI's torch {release} wheel for Linux x86_64 is its {build} build: it comes from "
-                     f"{sources.pypi_label}, set by {sources.pypi_origin}")
+        notes.append(_("PyPI's torch {release} wheel for Linux x86_64 is its {build} build: it comes from {index}, set "
+                       "by {origin}").format(release=release, build=build, index=sources.pypi_label,
+                                             origin=sources.pypi_origin))
         return Placed(replace(_pinned(install, release), index_url=None), pypi=sources.pypi)
     if mirror is not None or sources.pypi is not None:
         notes.append(_not_mirrored(build, sources))
@@ -169,13 +174,15 @@ def _not_mirrored(build: str, sources: Sources) -> str:
     """Why torch still comes from download.pytorch.org, and which known mirrors serve the build."""
     checked = mirror_table().checked
     if sources.pytorch is not None:
-        why = (f"the {sources.pytorch_name} mirror is not known to serve torch {build} (as of {checked}: "
-               f"{sources.pytorch.note})")
+        why = _("the {mirror} mirror is not known to serve torch {build} (as of {date}: {note})").format(
+            mirror=sources.pytorch_name, build=build, date=checked, note=_(sources.pytorch.note))
     else:
-        why = f"{sources.pypi_label} mirrors PyPI, not PyTorch's index that serves torch {build}"
+        why = _("{index} mirrors PyPI, not PyTorch's index that serves torch {build}").format(
+            index=sources.pypi_label, build=build)
     others = [m.name for m in serving(build) if m.name != sources.pytorch_name]
-    offer = f"; --mirror {' or --mirror '.join(others)} serves it" if others else ""
-    return f"{why}: torch comes from download.pytorch.org{offer}"
+    offer = _("; {options} serves it").format(
+        options=_(" or ").join(f"--mirror {name}" for name in others)) if others else ""
+    return _("{why}: torch comes from download.pytorch.org{offer}").format(why=why, offer=offer)
 
 
 def _place(install: PipInstall, framework: str, sources: Sources, target: Target, release: str | None,
@@ -209,10 +216,11 @@ def _uv_line(placed: Placed, notes: list[str] | None = None) -> str:
     if backend is not None:
         words.append(f"--torch-backend={placed.build}")
         if notes is not None:
-            since = f"uv {backend['since']} or newer" if backend["since"] else \
-                f"a uv released after {backend['after']}"
-            notes.append(f"--torch-backend={placed.build} needs {since} ({backend['source'].split(' ')[0]}); with an "
-                         f"older uv: {_uv_line(replace(placed, official=False))}")
+            since = (_("uv {version} or newer").format(version=backend["since"]) if backend["since"]
+                     else _("a uv released after {date}").format(date=backend["after"]))
+            notes.append(_("{option} needs {since} ({source}); with an older uv: {command}").format(
+                option=f"--torch-backend={placed.build}", since=since, source=backend["source"].split(" ")[0],
+                command=_uv_line(replace(placed, official=False))))
         if placed.pypi:
             words.append(f"--index-url {placed.pypi}")
     elif placed.install.index_url:
@@ -302,10 +310,10 @@ class _Writer:
         if self.tool == "uv":
             return _uv_line(placed, notes)
         if self.tool == "pixi":
-            return f"in pixi.toml [pypi-dependencies]: {_pixi_entry(placed)}"
+            return _("in pixi.toml [pypi-dependencies]: {entry}").format(entry=_pixi_entry(placed))
         names_pypi = placed.pypi is not None and self.sources.pypi_named and placed.install.index_url is None
         line = command if placed.install == install and not names_pypi else _pip_line(placed, self.sources)
-        return line if self.tool == "pip" else f"in the conda environment: {line}"
+        return line if self.tool == "pip" else _("in the conda environment: {command}").format(command=line)
 
     def snippet(self, command: str) -> tuple[str, str] | None:
         """The file to edit and what to put in it, for the tools that install from a manifest."""
@@ -346,8 +354,8 @@ def for_tool(plan: InstallPlan, tool: str, sources: Sources | None = None, targe
             snippet_file, snippet = found
     named_here = sources.pypi is not None and any(sources.pypi in text for text in (command or "", snippet or ""))
     if tool in ("uv", "pixi") and named_here and not sources.pypi_named:
-        notes.append(f"{tool} does not read pip's configuration: the index set by {sources.pypi_origin} "
-                     f"({sources.pypi}) is named for it")
+        notes.append(_("{tool} does not read pip's configuration: the index set by {origin} ({index}) is named for it")
+                     .format(tool=tool, origin=sources.pypi_origin, index=sources.pypi))
     alternatives = tuple(Alternative(writer.line(a.command), a.why) for a in plan.alternatives)
     advice = _rewritten(plan.advice, writer.line)
     return replace(plan, command=command, advice=advice, alternatives=alternatives, tool=tool, snippet=snippet,
@@ -372,6 +380,8 @@ def _variant_notes(plan: InstallPlan, target: Target | None) -> tuple[str, ...]:
         return ()
     windows = target is not None and target.platform == "windows"
     install = facts["install_uv_windows"] if windows else facts["install_uv"]
-    return (f"torch {plan.release} is also published as wheel variants (experimental, {row['source']}): a "
-            f"variant-enabled uv picks the build by itself: {install}; then uv pip install torch=={plan.release}.*; "
-            "gpufly checked its own choice against the GPUs, the variant installer's choice is not checked",)
+    return (_("torch {release} is also published as wheel variants (experimental, {source}): a variant-enabled uv "
+              "picks the build by itself: {install}; then {command}; gpufly checked its own choice against the GPUs, "
+              "the variant installer's choice is not checked").format(
+        release=plan.release, source=row["source"], install=install,
+        command=f"uv pip install torch=={plan.release}.*"),)

@@ -45,6 +45,7 @@ from gpufly.doctor.install.plan import (
     target_gpus,
 )
 from gpufly.errors import GpuflyError
+from gpufly.i18n import gettext as _
 
 TORCH_VERIFY = 'python -c "import torch; print(torch.cuda.is_available(), torch.cuda.get_arch_list())"'
 
@@ -109,7 +110,8 @@ class GpuBuild:
         """The environment that shows CUDA only these GPUs. CUDA numbers GPUs fastest first unless told to use
         the PCI bus order, which is the order nvidia-smi and NVML (the indexes here) use."""
         if not self.indexes:
-            return f"CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=<nvidia-smi index of {self.gpu.label}>"
+            return "CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=" + _("<nvidia-smi index of {gpu}>").format(
+                gpu=self.gpu.label)
         return f"CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={','.join(str(i) for i in self.indexes)}"
 
 
@@ -150,7 +152,8 @@ def _one_build(gpus: Sequence[GpuInput], driver: DriverFact | None, platform: st
     version = loaded_driver_version(driver)
     if platform == "darwin" or version is None or not visible:
         return InstallPlan("torch", _torch_command(releases[0], "cpu", platform, pinned),
-                           f"{no_gpu_reason(platform, version, visible, driver)}: the CPU build",
+                           _("{reason}: the CPU build").format(reason=no_gpu_reason(platform, version, visible,
+                                                                                    driver)),
                            variant="cpu", release=releases[0].release, verify=TORCH_VERIFY,
                            warnings=ignored_cuda(cuda))
     query = _TorchQuery(visible, version, driver.cuda_version if driver is not None else None, platform, machine)
@@ -209,9 +212,9 @@ def _jit_phrase(plan: InstallPlan, gpus: Sequence[TargetGpu], platform: str, mac
     how a joint build reaches the GPUs it has no native code for."""
     arches = torch_release(plan.release or "").variant(plan.variant or "").arches(platform, machine) or ()
     jit = [(g, matching_arch(g.cc, arches)) for g in gpus if g.cc]
-    parts = [f"the {g.label} only as PTX ({match[1]}) that the driver JIT-compiles on first use"
-             for g, match in jit if match and match[0] == "ptx"]
-    return " and ".join(parts)
+    parts = [_("the {gpu} only as PTX ({arch}) that the driver JIT-compiles on first use").format(
+                 gpu=g.label, arch=match[1]) for g, match in jit if match and match[0] == "ptx"]
+    return _(" and ").join(parts)
 
 
 def _split_plan(joint: InstallPlan, builds: Sequence[GpuBuild], platform: str, machine: str | None) -> InstallPlan:
@@ -221,34 +224,38 @@ def _split_plan(joint: InstallPlan, builds: Sequence[GpuBuild], platform: str, m
     first, others = builds[0], builds[1:]
     plan = first.plan
     everyone = ", ".join(b.label for b in builds)
-    reason = (f"no torch build has native code for every GPU here ({everyone}), so one process can use only one "
-              f"kind: one build per GPU. For the {first.label}: {plan.reason}")
-    steps = [f"run jobs for the {first.label} with {first.select}, so that CUDA sees only it"]
-    steps += [f"for the {b.label}, in another virtual environment: {b.plan.command or b.plan.advice}, run with "
-              f"{b.select}" for b in others]
-    advice = "; ".join([*([plan.advice] if plan.advice else []), *steps])
-    alternatives = [Alternative(b.plan.command, f"for the {b.label}: {b.plan.reason}; run with {b.select}")
+    reason = _("no torch build has native code for every GPU here ({gpus}), so one process can use only one kind: "
+               "one build per GPU. For the {gpu}: {reason}").format(gpus=everyone, gpu=first.label, reason=plan.reason)
+    steps = [_("run jobs for the {gpu} with {select}, so that CUDA sees only it").format(gpu=first.label,
+                                                                                         select=first.select)]
+    steps += [_("for the {gpu}, in another virtual environment: {command}, run with {select}").format(
+                  gpu=b.label, command=b.plan.command or b.plan.advice, select=b.select) for b in others]
+    advice = _("; ").join([*([plan.advice] if plan.advice else []), *steps])
+    alternatives = [Alternative(b.plan.command, _("for the {gpu}: {reason}; run with {select}").format(
+                        gpu=b.label, reason=b.plan.reason, select=b.select))
                     for b in others if b.plan.command]
     if joint.uses_gpu and joint.command:
         jit = _jit_phrase(joint, [b.gpu for b in builds], platform, machine)
-        alternatives.append(Alternative(joint.command, f"torch {joint.release} {joint.variant} has code for every "
-                                        f"GPU, but runs on {jit}: a slow first start (each kernel compiled at "
-                                        "run time) and code tuned for an older GPU"))
-    hidden = [f"with this build the {b.label} cannot run CUDA code (\"no kernel image is available for execution on "
-              "the device\") unless CUDA_VISIBLE_DEVICES hides it" for b in others
+        alternatives.append(Alternative(joint.command, _(
+            "torch {release} {build} has code for every GPU, but runs on {jit}: a slow first start (each kernel "
+            "compiled at run time) and code tuned for an older GPU").format(release=joint.release,
+                                                                            build=joint.variant, jit=jit)))
+    hidden = [_("with this build the {gpu} cannot run CUDA code (\"no kernel image is available for execution on the "
+                "device\") unless CUDA_VISIBLE_DEVICES hides it").format(gpu=b.label) for b in others
               if b.plan.variant != plan.variant or b.plan.release != plan.release]
-    own = tuple(replace(alt, why=f"for the {first.label}: {alt.why}") for alt in plan.alternatives)
+    own = tuple(replace(alt, why=_("for the {gpu}: {why}").format(gpu=first.label, why=alt.why))
+                for alt in plan.alternatives)
     return replace(plan, reason=reason, advice=advice, warnings=(*hidden, *plan.warnings),
                    alternatives=(*alternatives, *own))
 
 
 def _torch_warnings(gpus: Sequence[TargetGpu], platform: str) -> tuple[str, ...]:
     """What a torch plan cannot check here, said up front."""
-    unknown = [f"compute capability of {g.label} unknown: gpufly could not check that the build has code for it"
-               for g in gpus if not g.cc]
+    unknown = [_("compute capability of {gpu} unknown: gpufly could not check that the build has code for it")
+               .format(gpu=g.label) for g in gpus if not g.cc]
     if platform == "windows":
-        unknown.append("gpufly knows the Linux wheels' architecture lists and takes the Windows wheels to match "
-                       "(without the PTX PyTorch embeds on Linux only)")
+        unknown.append(_("gpufly knows the Linux wheels' architecture lists and takes the Windows wheels to match "
+                         "(without the PTX PyTorch embeds on Linux only)"))
     return tuple(unknown)
 
 
@@ -311,7 +318,7 @@ def _fits(release: TorchRelease, query: _TorchQuery) -> tuple[list[_Fit], list[_
         if missing:
             rejected.append(f"{variant.name}: no code for {labels(missing)} (it ships {' '.join(arches)})")
         else:
-            covering.append(_Fit(variant, tuple(match[1] for _, match in found if match)))
+            covering.append(_Fit(variant, tuple(match[1] for _gpu, match in found if match)))
     return covering, unknown, rejected
 
 
@@ -351,11 +358,13 @@ def _compat_note(query: _TorchQuery, fit: _Fit) -> str:
     """The caveat of a build the driver runs only through minor-version compatibility."""
     cuda = fit.variant.cuda
     shipped = toolkit_driver(cuda, query.platform)
-    full = f"a driver >= {shipped}" if shipped else f"a driver that reports CUDA {cuda} or newer"
-    native_code = (f"it has native code for {_gpu_phrase(query.gpus, fit)}, so no PTX JIT is needed; "
-                   if fit.matches else "")
-    return (f"driver {query.version} runs CUDA {cuda} only through minor-version compatibility (NVIDIA's CUDA "
-            f"Compatibility guide): {native_code}{minor_compat().caveat}; {full} runs it natively")
+    full = (_("a driver >= {driver}").format(driver=shipped) if shipped
+            else _("a driver that reports CUDA {cuda} or newer").format(cuda=cuda))
+    native_code = (_("it has native code for {gpus}, so no PTX JIT is needed; ").format(
+                       gpus=_gpu_phrase(query.gpus, fit)) if fit.matches else "")
+    return _("driver {driver} runs CUDA {cuda} only through minor-version compatibility (NVIDIA's CUDA Compatibility "
+             "guide): {native}{caveat}; {full} runs it natively").format(
+        driver=query.version, cuda=cuda, native=native_code, caveat=_(minor_compat().caveat), full=full)
 
 
 def _newest(fits: Sequence[_Fit]) -> _Fit:
@@ -378,8 +387,8 @@ def _plan_torch(query: _TorchQuery, releases: Sequence[TorchRelease], warnings: 
         if position == 0:
             first_rejected = rejected
         if not covering and query.explicit and unknown:
-            warnings = (*warnings, f"gpufly's table lacks the architecture lists of torch {release.release}: check "
-                        "torch.cuda.get_arch_list() after installing")
+            warnings = (*warnings, _("gpufly's table lacks the architecture lists of torch {release}: check "
+                                     "torch.cuda.get_arch_list() after installing").format(release=release.release))
             covering = unknown
         if covering:
             walked = None if position == 0 else releases[0].release
@@ -387,7 +396,8 @@ def _plan_torch(query: _TorchQuery, releases: Sequence[TorchRelease], warnings: 
             return _torch_driver_choice(query, candidate, warnings, tuple(first_rejected))
     _raise_if_constrained(query, releases)
     return InstallPlan("torch", _torch_command(releases[0], "cpu", query.platform, pinned=False),
-                       f"no torch build in gpufly's table has code for {labels(query.gpus)}: the CPU build",
+                       _("no torch build in gpufly's table has code for {gpus}: the CPU build").format(
+                           gpus=labels(query.gpus)),
                        variant="cpu", release=releases[0].release, verify=TORCH_VERIFY, warnings=warnings,
                        rejected=tuple(first_rejected))
 
@@ -417,7 +427,8 @@ def _walk_prefix(query: _TorchQuery, candidate: _Candidate) -> str:
     """How the reason starts when the newest release had nothing for the GPUs."""
     if candidate.walked_from is None:
         return ""
-    return f"torch {candidate.walked_from} has no build with code for {labels(query.gpus)}; "
+    return _("torch {release} has no build with code for {gpus}; ").format(release=candidate.walked_from,
+                                                                            gpus=labels(query.gpus))
 
 
 def _torch_driver_choice(query: _TorchQuery, candidate: _Candidate, warnings: tuple[str, ...],
@@ -430,22 +441,26 @@ def _torch_driver_choice(query: _TorchQuery, candidate: _Candidate, warnings: tu
     release, fit = candidate.release, _newest([*native, *compat])
     variant = fit.variant
     notes = list(warnings)
-    mode = "natively"
+    reason_text = _("torch {release} {build}{asked}: the newest build with code for {gpus} that driver {driver} "
+                    "runs natively")
     others: tuple[Alternative, ...] = ()
     if fit not in native:
-        mode = "through minor-version compatibility"
+        reason_text = _("torch {release} {build}{asked}: the newest build with code for {gpus} that driver {driver} "
+                        "runs through minor-version compatibility")
         notes.append(_compat_note(query, fit))
         if native:
             older = _newest(native).variant
             others = (Alternative(_torch_command(release, older.name, query.platform),
-                                  f"torch {release.release} {older.name}, which driver {query.version} runs natively "
-                                  "(CUDA's full feature set)"),)
+                                  _("torch {release} {build}, which driver {driver} runs natively (CUDA's full "
+                                    "feature set)").format(release=release.release, build=older.name,
+                                                           driver=query.version)),)
     if variant.status == "experimental":
-        notes.append(f"{variant.name} is marked experimental for torch {release.release} in PyTorch's release "
-                     "matrix")
-    asked = f" (CUDA {query.cuda}, as asked)" if query.cuda else ""
-    reason = (f"{_walk_prefix(query, candidate)}torch {release.release} {variant.name}{asked}: the newest build "
-              f"with code for {_gpu_phrase(query.gpus, fit)} that driver {query.version} runs {mode}")
+        notes.append(_("{build} is marked experimental for torch {release} in PyTorch's release matrix").format(
+            build=variant.name, release=release.release))
+    asked = _(" (CUDA {cuda}, as asked)").format(cuda=query.cuda) if query.cuda else ""
+    reason = _walk_prefix(query, candidate) + reason_text.format(
+        release=release.release, build=variant.name, asked=asked, gpus=_gpu_phrase(query.gpus, fit),
+        driver=query.version)
     return InstallPlan("torch", _torch_command(release, variant.name, query.platform), reason, variant=variant.name,
                        release=release.release, cuda=variant.cuda, verify=TORCH_VERIFY, warnings=tuple(notes),
                        alternatives=others, rejected=rejected)
@@ -460,8 +475,8 @@ def _cheapest(fits: Sequence[_Fit], platform: str) -> _Fit:
 def _torch_fallback(query: _TorchQuery, releases: Sequence[TorchRelease]) -> tuple[TorchRelease, _Fit, bool] | None:
     """The newest older build with code for the GPUs that this driver already runs, and whether natively."""
     for release in releases:
-        covering, _, _ = _fits(release, query)
-        native, compat, _ = _runnable(covering, query)
+        covering, _unknown, _why = _fits(release, query)
+        native, compat, _too_new = _runnable(covering, query)
         if native or compat:
             fit = _newest([*native, *compat])
             return release, fit, fit in native
@@ -479,26 +494,31 @@ def _driver_too_old(query: _TorchQuery, candidate: _Candidate, warnings: tuple[s
     need = min_driver_for(target.cuda, platform)
     after = _torch_command(release, target.name, platform)
     notes = list(warnings)
-    later = [Alternative(after, f"after updating the driver to {need} or newer: torch {release.release} "
-                                f"{target.name}")]
+    later = [Alternative(after, _("after updating the driver to {driver} or newer: torch {release} {build}").format(
+        driver=need, release=release.release, build=target.name))]
     newest = _newest(candidate.covering).variant
     newest_need = min_driver_for(newest.cuda, platform)
     if parse_version(newest_need) > parse_version(need):
-        notes.append(f"a driver >= {newest_need} runs torch {release.release} {newest.name}, its newest build "
-                     f"with code for {labels(query.gpus)}")
+        notes.append(_("a driver >= {driver} runs torch {release} {build}, its newest build with code for {gpus}")
+                     .format(driver=newest_need, release=release.release, build=newest.name, gpus=labels(query.gpus)))
         later.append(Alternative(_torch_command(release, newest.name, platform),
-                                 f"after updating the driver to {newest_need} or newer: torch {release.release} "
-                                 f"{newest.name}, the newest build"))
-    advice = f"update the NVIDIA driver to at least {need}, then run: {after}"
-    asked = f" (CUDA {cuda}, as asked)" if cuda else ""
-    reason = (f"{_walk_prefix(query, candidate)}driver {version} is too old for every torch {release.release} "
-              f"build{asked} with code for {labels(query.gpus)}; update the NVIDIA driver to at least {need}")
+                                 _("after updating the driver to {driver} or newer: torch {release} {build}, the "
+                                   "newest build").format(driver=newest_need, release=release.release,
+                                                          build=newest.name)))
+    advice = _("update the NVIDIA driver to at least {driver}, then run: {command}").format(driver=need, command=after)
+    asked = _(" (CUDA {cuda}, as asked)").format(cuda=cuda) if cuda else ""
+    reason = _walk_prefix(query, candidate) + _(
+        "driver {driver} is too old for every torch {release} build{asked} with code for {gpus}; update the NVIDIA "
+        "driver to at least {needed}").format(driver=version, release=release.release, asked=asked,
+                                              gpus=labels(query.gpus), needed=need)
     unrestricted = query.unrestricted
     if cuda and unrestricted is not None and unrestricted.command is not None and unrestricted.uses_gpu:
-        later.append(Alternative(unrestricted.command, f"without --cuda {cuda}: torch {unrestricted.release} "
-                                                       f"{unrestricted.variant}, which driver {version} runs"))
-        reason += f", or drop --cuda: torch {unrestricted.release} {unrestricted.variant} runs on this driver"
-        advice += f"; or, without --cuda {cuda}, run: {unrestricted.command}"
+        later.append(Alternative(unrestricted.command, _("without --cuda {cuda}: torch {release} {build}, which "
+                                                         "driver {driver} runs").format(
+            cuda=cuda, release=unrestricted.release, build=unrestricted.variant, driver=version)))
+        reason += _(", or drop --cuda: torch {release} {build} runs on this driver").format(
+            release=unrestricted.release, build=unrestricted.variant)
+        advice += _("; or, without --cuda {cuda}, run: {command}").format(cuda=cuda, command=unrestricted.command)
     fallback = _torch_fallback(query, candidate.older)
     if fallback is None:
         return InstallPlan("torch", None, reason, variant=target.name, release=release.release, cuda=target.cuda,
@@ -508,8 +528,9 @@ def _driver_too_old(query: _TorchQuery, candidate: _Candidate, warnings: tuple[s
     if not native:
         notes.append(_compat_note(query, fit))
     return InstallPlan("torch", _torch_command(old_release, fit.variant.name, platform),
-                       f"{reason}, or keep it with torch {old_release.release} {fit.variant.name} "
-                       f"({_gpu_phrase(query.gpus, fit)})",
+                       _("{reason}, or keep it with torch {release} {build} ({gpus})").format(
+                           reason=reason, release=old_release.release, build=fit.variant.name,
+                           gpus=_gpu_phrase(query.gpus, fit)),
                        variant=fit.variant.name, release=old_release.release, cuda=fit.variant.cuda,
                        needs_driver=need, advice=advice, verify=TORCH_VERIFY, warnings=tuple(notes),
                        alternatives=tuple(later), rejected=rejected)
