@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -12,6 +12,9 @@ from gpufly.cli.monitoring import SignalsCall, check_history, check_interval
 from gpufly.cli.render import error_console
 from gpufly.errors import GpuflyError
 from gpufly.extras import require
+
+if TYPE_CHECKING:
+    from gpufly.monitor.energy import EnergyPrice
 
 
 def serve(
@@ -26,6 +29,16 @@ def serve(
         "--allow-host", metavar="NAME",
         help="Also answer requests addressed to NAME (a DNS name this machine is reached by); repeatable; "
              "'*' answers any name. Addresses, localhost and this machine's hostnames always are.")] = None,
+    attribute: Annotated[str | None, typer.Option(
+        metavar="SOURCES",
+        help="Name the Slurm job or Kubernetes pod of each GPU process (slurm, k8s, or both comma-separated): "
+             "one gpufly_job_info series per job, and its memory and energy. Reads /proc/PID/environ and "
+             "/proc/PID/cgroup: run as root, on the host or in a pod with hostPID.")] = None,
+    price_per_kwh: Annotated[float | None, typer.Option(
+        "--price-per-kwh", metavar="PRICE",
+        help="Price of a kilowatt-hour: adds gpufly_gpu_energy_cost_total (and per job).")] = None,
+    currency: Annotated[str | None, typer.Option(
+        metavar="CODE", help="ISO 4217 code of --price-per-kwh, the currency label (default USD).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the URLs and settings as JSON at start.")] = False,
 ) -> None:
     """Serve Prometheus metrics (DCGM-exporter names) and a live web dashboard; read-only, until Ctrl-C or SIGTERM.
@@ -34,24 +47,37 @@ def serve(
       gpufly serve
       gpufly serve --port 9401 --interval 5
       gpufly serve --host 0.0.0.0 --allow-host gpu-node-1
+      gpufly serve --attribute slurm,k8s --price-per-kwh 0.12 --currency EUR
     """
     check_interval(interval)
     check_history(history)
     allowed_hosts = tuple(_check_allowed_host(name) for name in allow_host or ())
+    sources = _check_attribute(attribute, replay)
+    price = _check_price(price_per_kwh, currency)
     require("prometheus_client", "gpufly serve")
-    from gpufly.monitor import open_backend
+    from gpufly.monitor import LiveBackend, open_backend
+    from gpufly.monitor.energy import JobEnergy
+    from gpufly.monitor.exporter import CostCollector, JobCollector
     from gpufly.monitor.format import no_gpu_line
     from gpufly.monitor.server import MonitorServer, ServeConfig, WallClock
 
     config = ServeConfig(host=host, port=port, interval_s=interval, show_cmdline=show_cmdline, history=history,
                          source="replay" if replay else "live", allowed_hosts=allowed_hosts)
-    backend = open_backend(replay, loop=True)
+    backend = open_backend(replay, loop=True) if replay else LiveBackend(attribute=sources)
     try:
         server = MonitorServer(WallClock(backend) if replay else backend, config)
     except BaseException:
         backend.close()
         raise
+    settings = {"attribute": sorted(sources), "price_per_kwh": price.per_kwh if price else None,
+                "currency": price.currency if price else None}
     try:
+        # Jobs come from the live join (--attribute) or a recording that holds them; either way they are served.
+        energy = JobEnergy()
+        server.sampler.listeners.append(energy)
+        server.registry.register(JobCollector(server.history, energy))
+        if price is not None:
+            server.registry.register(CostCollector(server.history, price, energy))
         with SignalsCall(server.stop):
             first = server.start()
             if first is None:
@@ -60,8 +86,8 @@ def serve(
             if line:
                 error_console().print(line, markup=False)
             if as_json:
-                print(json.dumps(server.describe() | {"gpu_status": first.gpu_status, "gpus": len(first.gpus)}),
-                      flush=True)
+                print(json.dumps(server.describe() | settings
+                                 | {"gpu_status": first.gpu_status, "gpus": len(first.gpus)}), flush=True)
             else:
                 print(f"serving {server.url} (dashboard) and {server.url}metrics (Prometheus); Ctrl-C stops",
                       flush=True)
@@ -79,3 +105,28 @@ def _check_allowed_host(name: str) -> str:
         raise GpuflyError(f"--allow-host takes a host name, not {name!r}",
                           "give the name alone, without a scheme or port: --allow-host gpu-node-1.example.com")
     return name
+
+
+def _check_attribute(attribute: str | None, replay: Path | None) -> frozenset[str]:
+    """The job sources asked for; refused with --replay, whose jobs are the recording's (served as recorded)."""
+    if attribute is None:
+        return frozenset()
+    from gpufly.monitor.attribution import parse_sources
+
+    sources = parse_sources(attribute)
+    if replay is not None:
+        raise GpuflyError("--attribute reads this machine's processes; it does nothing with --replay",
+                          hint="a recording serves the jobs it holds, as recorded: drop --attribute")
+    return sources
+
+
+def _check_price(price_per_kwh: float | None, currency: str | None) -> EnergyPrice | None:
+    """The price asked for, checked; --currency alone is refused (it would price nothing)."""
+    from gpufly.monitor.energy import EnergyPrice
+
+    if price_per_kwh is None:
+        if currency is not None:
+            raise GpuflyError("--currency names the currency of --price-per-kwh, which was not given",
+                              hint="add --price-per-kwh PRICE, e.g. --price-per-kwh 0.15 --currency EUR")
+        return None
+    return EnergyPrice(price_per_kwh, currency or "USD")

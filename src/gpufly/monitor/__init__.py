@@ -12,22 +12,29 @@ A client of ``gpufly.hw`` (the one GPU reader). Usable from a notebook with no U
 neither library.
 """
 
+from gpufly.monitor.attribution import Attributor, JobRef, parse_sources
 from gpufly.monitor.backends.live import LiveBackend
 from gpufly.monitor.backends.replay import ReplayBackend, read_recording
+from gpufly.monitor.energy import EnergyPrice, JobEnergy
 from gpufly.monitor.health import Health, HealthWatch, Level, assess
 from gpufly.monitor.logger import SampleLog
 from gpufly.monitor.metrics import GPU_METRICS, GpuMetric
-from gpufly.monitor.sample import SCHEMA_VERSION, Snapshot
+from gpufly.monitor.sample import SCHEMA_VERSION, JobSample, Snapshot
 from gpufly.monitor.sampler import Backend, History, Sampler, open_backend
 
 __all__ = [
     "GPU_METRICS",
     "SCHEMA_VERSION",
+    "Attributor",
     "Backend",
+    "EnergyPrice",
     "GpuMetric",
     "Health",
     "HealthWatch",
     "History",
+    "JobEnergy",
+    "JobRef",
+    "JobSample",
     "Level",
     "LiveBackend",
     "ReplayBackend",
@@ -36,5 +43,6 @@ __all__ = [
     "Snapshot",
     "assess",
     "open_backend",
+    "parse_sources",
     "read_recording",
 ]

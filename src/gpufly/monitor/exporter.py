@@ -14,7 +14,13 @@ never written as 0: a 0 would draw a real-looking line on a chart and fire no al
 series per GPU whose ``reason`` label is the most severe reason's short code (``none`` when healthy), so its
 cardinality stays one series per GPU at any moment and the label takes one of ``health.CODES``.
 
-The collector lives on its own ``CollectorRegistry``, so the process's default metrics (and
+Jobs (``gpufly serve --attribute slurm,k8s``, ``JobCollector``) are one ``gpufly_job_info`` series each, carrying
+the job's names, and a few per-job figures keyed by ``job`` alone (memory per GPU, share of each GPU, energy):
+the names are joined in a query (``* on(job) group_left(user) gpufly_job_info``) rather than repeated on every
+series, and a job's series end when its last process does, so cardinality follows the jobs running now.
+``CostCollector`` (``--price-per-kwh``) prices the energy counters.
+
+The collectors live on their own ``CollectorRegistry``, so the process's default metrics (and
 anything else that registers globally) stay out of the GPU page.
 """
 
@@ -28,6 +34,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from gpufly import __version__
 from gpufly.hw import GpuSample, MigSample
+from gpufly.monitor.energy import EnergyPrice, JobEnergy, gpu_shares, job_of_pid
 from gpufly.monitor.health import HealthWatch, assess
 from gpufly.monitor.metrics import GPU_METRICS, MIB, GpuMetric
 from gpufly.monitor.sample import Snapshot
@@ -193,6 +200,105 @@ class SnapshotCollector:
             for period, value in zip(("1m", "5m", "15m"), host.load_average, strict=False):
                 load.add_metric([snapshot.hostname, period], float(value))
             yield load
+
+
+JOB_INFO_LABELS: tuple[str, ...] = ("job", "scheduler", "user", "name", "partition", "namespace", "container",
+                                     "Hostname")
+"""``gpufly_job_info``'s labels: ``job`` is the Slurm job id or the pod UID; an unknown value is empty."""
+
+
+class JobCollector:
+    """The jobs of the latest snapshot: one info series each, their memory and share per GPU, their energy.
+
+    ``energy`` is the ``JobEnergy`` listening to the same sampler; without one, no energy series.
+    """
+
+    def __init__(self, history: History, energy: JobEnergy | None = None) -> None:
+        self.history = history
+        self.energy = energy
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = self.history.latest
+        if snapshot is None or not snapshot.jobs:
+            return
+        host = snapshot.hostname
+        info = InfoMetricFamily("gpufly_job", "A Slurm job or Kubernetes pod with processes on this machine's GPUs "
+                                "(gpufly serve --attribute); 1 while any of its processes runs.",
+                                labels=list(JOB_INFO_LABELS))
+        for job in snapshot.jobs:
+            info.add_metric([job.key, job.scheduler, job.user, job.name, job.partition, job.namespace,
+                             job.container, host], {})
+        yield info
+        yield from self._per_gpu(snapshot)
+        if self.energy is not None:
+            energy = CounterMetricFamily(
+                "gpufly_job_energy_joules", "Energy of the job's GPU processes since this exporter first saw the "
+                "job, in joules: each GPU's NVML energy counter split by SM share, evenly per process where NVML "
+                "gives no share.", labels=["job", "Hostname"])
+            for key, joules in sorted(self.energy.joules().items()):
+                energy.add_metric([key, host], joules)
+            yield energy
+
+    def _per_gpu(self, snapshot: Snapshot) -> Iterator[Metric]:
+        labels = ["job", "gpu", "UUID", "Hostname"]
+        memory = GaugeMetricFamily("gpufly_job_gpu_memory_bytes", "GPU memory held by the job's processes on "
+                                   "this GPU, in bytes.", labels=labels)
+        share = GaugeMetricFamily("gpufly_job_gpu_share", "The job's share of this GPU (0 to 1) that its energy "
+                                  "is split by; label basis: sm (NVML per-process SM share) or even (per process, "
+                                  "NVML gave no share).", labels=[*labels, "basis"])
+        owners = job_of_pid(snapshot)
+        for gpu in snapshot.gpus:
+            if gpu.lost:
+                continue
+            used: dict[str, int] = {}
+            for process in gpu.processes:
+                if process.pid in owners and process.gpu_memory_bytes is not None:
+                    used[owners[process.pid]] = used.get(owners[process.pid], 0) + process.gpu_memory_bytes
+            base = [str(gpu.index), gpu.uuid or "", snapshot.hostname]
+            for key, nbytes in sorted(used.items()):
+                memory.add_metric([key, *base], float(nbytes))
+            shares = gpu_shares(gpu, owners)
+            for key, fraction in sorted(shares.by_job.items()):
+                share.add_metric([key, *base, shares.basis], fraction)
+        yield memory
+        yield share
+
+
+class CostCollector:
+    """The energy counters priced (``gpufly serve --price-per-kwh``), per GPU and, with a ``JobEnergy``, per job."""
+
+    def __init__(self, history: History, price: EnergyPrice, energy: JobEnergy | None = None) -> None:
+        self.history = history
+        self.price = price
+        self.energy = energy
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = self.history.latest
+        if snapshot is None:
+            return
+        gpu_cost = CounterMetricFamily(
+            "gpufly_gpu_energy_cost", f"Cost of gpufly_gpu_energy_joules_total at {self.price.per_kwh} "
+            f"{self.price.currency} per kWh, in the currency of label currency.",
+            labels=[*GPU_LABELS, "currency"])
+        for gpu in snapshot.gpus:
+            joules = None if gpu.lost else self.history.energy_since_start_j(gpu.index)
+            if joules is not None:
+                base = gpu_labels(snapshot, gpu)
+                gpu_cost.add_metric([*(base[n] for n in GPU_LABELS), self.price.currency], self.price.cost(joules))
+        yield gpu_cost
+        if self.energy is not None and snapshot.jobs:
+            job_cost = CounterMetricFamily(
+                "gpufly_job_energy_cost", f"Cost of gpufly_job_energy_joules_total at {self.price.per_kwh} "
+                f"{self.price.currency} per kWh.", labels=["job", "Hostname", "currency"])
+            for key, joules in sorted(self.energy.joules().items()):
+                job_cost.add_metric([key, snapshot.hostname, self.price.currency], self.price.cost(joules))
+            yield job_cost
 
 
 def exporter_registry(history: History, source: str = "live", metrics: tuple[GpuMetric, ...] = GPU_METRICS,

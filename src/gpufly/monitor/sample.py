@@ -22,6 +22,27 @@ SCHEMA_VERSION = 1
 
 
 @dataclass
+class JobSample:
+    """A scheduler job with processes on the GPUs (``gpufly serve --attribute``): a Slurm job or a Kubernetes pod.
+
+    ``pids`` are its GPU processes in this snapshot (their ``ProcessSample``s give the GPUs and memory); a job
+    whose processes are all gone is in no snapshot, so the exporter forgets it. Empty strings where a source
+    does not say (``gpufly.monitor.attribution`` tells what each source gives).
+    """
+
+    scheduler: str
+    """``slurm`` or ``k8s``."""
+    key: str
+    """The Slurm job id or the pod UID: the ``job`` label."""
+    user: str = ""
+    name: str = ""
+    partition: str = ""
+    namespace: str = ""
+    container: str = ""
+    pids: list[int] = field(default_factory=list)
+
+
+@dataclass
 class Snapshot:
     """Everything one sample saw. ``gpu_status`` says in words why there are no GPUs, when there are none."""
 
@@ -32,6 +53,8 @@ class Snapshot:
     driver_version: str | None = None
     cuda_driver_version: str | None = None
     gpu_status: str | None = None
+    jobs: list[JobSample] = field(default_factory=list)
+    """Jobs the GPU processes belong to, when attribution was asked for (empty otherwise)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, **asdict(self)}

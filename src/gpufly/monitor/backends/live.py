@@ -4,6 +4,8 @@ The GPU figures come from ``GpuReader``, the one NVML reader every stage shares:
 not support reads as None and a GPU that falls off the bus is marked lost while the others go on. What
 the monitor adds is the OS side of each GPU process (user, command, CPU%, RSS, container), joined here
 through /proc and psutil; a process that exits between NVML listing it and the join reading it is skipped.
+Asked to (``attribute``), the join also reads which Slurm job or Kubernetes pod each process belongs to
+(``gpufly.monitor.attribution``), once per process lifetime, and the snapshot lists those jobs.
 Its cost grows with the distinct processes, not GPUs x processes (``ProcessJoiner``). Nothing NVML or its binding
 raises stops a sample: a field reads None, a GPU is lost, or the snapshot has no GPUs, each with the reason.
 """
@@ -16,7 +18,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -24,7 +26,8 @@ from typing import Any
 import psutil
 
 from gpufly.hw import GpuReader, GpuSample, Nvml, ProcessSample, read_host
-from gpufly.monitor.sample import Snapshot
+from gpufly.monitor.attribution import Attributor, JobRef
+from gpufly.monitor.sample import JobSample, Snapshot
 
 FIRST_CPU_INTERVAL_S = 0.1
 """The shortest interval the first snapshot's CPU figures are measured over (psutil needs two readings)."""
@@ -99,6 +102,8 @@ class ProcessIdentity:
     cmdline: str | None
     user: str | None
     container: str | None
+    job: JobRef | None = None
+    """The Slurm job or Kubernetes pod, when attribution was asked for and the process is in one."""
 
 
 NO_IDENTITY = ProcessIdentity(None, None, None, None)
@@ -125,12 +130,14 @@ class ProcessJoiner:
     read of /proc/PID/stat, CPU% being the CPU ticks used since the previous sample over the time between
     them (top's and psutil's figure, 100 per busy core); elsewhere from psutil. The first sight of a process
     reads 0% CPU, as in top. A pid NVML lists that the OS cannot find (exited, or in another pid namespace)
-    is left out.
+    is left out. ``attribute`` finds each process's Slurm job or Kubernetes pod (none by default).
     """
 
     def __init__(self, proc_root: Path = Path("/proc"), open_process: OpenProcess = psutil.Process,
-                 clock: Callable[[], float] = time.monotonic, procfs: bool | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, procfs: bool | None = None,
+                 attribute: Attributor | None = None) -> None:
         self._proc_root = proc_root
+        self._attribute = attribute
         self._open_process = open_process
         self._clock = clock
         self._procfs = sys.platform.startswith("linux") if procfs is None else procfs
@@ -158,6 +165,16 @@ class ProcessJoiner:
                 joined.append(sample)
         self._forget_all_but(set(read))
         return joined
+
+    def jobs(self, samples: Iterable[ProcessSample]) -> list[JobSample]:
+        """The jobs these joined processes belong to, each with its pids, in the order first met."""
+        grouped: dict[JobRef, list[int]] = {}
+        for sample in samples:
+            known = self._identities.get(sample.pid)
+            job = known[1].job if known else None
+            if job is not None and sample.pid not in grouped.setdefault(job, []):
+                grouped[job].append(sample.pid)
+        return [JobSample(**asdict(job), pids=pids) for job, pids in grouped.items()]
 
     def _read(self, pid: int, now: float) -> tuple[ProcessIdentity, Moving] | None:
         try:
@@ -208,7 +225,8 @@ class ProcessJoiner:
         except psutil.AccessDenied:
             pass
         return ProcessIdentity(name=name, cmdline=cmdline, user=_user_of(proc),
-                               container=container_of(proc.pid, self._proc_root))
+                               container=container_of(proc.pid, self._proc_root),
+                               job=self._attribute.job_of(proc.pid) if self._attribute else None)
 
     def _forget(self, pid: int) -> None:
         for known in (self._identities, self._cpu_seen, self._processes):
@@ -234,16 +252,18 @@ def _fill(sample: ProcessSample, identity: ProcessIdentity, moving: Moving) -> N
 
 
 class LiveBackend:
-    """Samples this machine. ``lib`` injects a fake pynvml; ``hostname`` overrides the label."""
+    """Samples this machine. ``lib`` injects a fake pynvml; ``hostname`` overrides the label; ``attribute``
+    names the job sources (``slurm``, ``k8s``) read for each process, when no ``joiner`` is given."""
 
     def __init__(self, lib: ModuleType | Any | None = None, hostname: str | None = None,
-                 joiner: ProcessJoiner | None = None, clock: Callable[[], float] = time.time) -> None:
+                 joiner: ProcessJoiner | None = None, clock: Callable[[], float] = time.time,
+                 attribute: frozenset[str] = frozenset()) -> None:
         self._nvml = Nvml(lib)
         self._status = self._nvml.open()
         self._reader = GpuReader(self._nvml)
         self._hostname = hostname or socket.gethostname()
         self._clock = clock
-        self._joiner = joiner or ProcessJoiner()
+        self._joiner = joiner or ProcessJoiner(attribute=Attributor(attribute) if attribute else None)
         self._driver = self._nvml.driver_version() if self._status.available else None
         self._cuda = self._nvml.cuda_driver_version() if self._status.available else None
         read_host()  # prime psutil's CPU counters so the first snapshot measures an interval
@@ -267,6 +287,7 @@ class LiveBackend:
             driver_version=self._driver,
             cuda_driver_version=self._cuda,
             gpu_status=absence,
+            jobs=self._joiner.jobs(process for gpu in gpus for process in gpu.processes),
         )
 
     def close(self) -> None:
