@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -404,3 +405,67 @@ def test_the_rope_scaling_in_the_header_is_kept(tmp_path: Path) -> None:
     plain = tmp_path / "plain.gguf"
     write_gguf(plain, "llama", llama_tensors(), llama_meta)
     assert read_gguf(plain).rope_scaling is None
+
+
+def _llama_with(writer: gguf.GGUFWriter, **overrides: object) -> None:
+    """llama_meta, then some keys written again with another value (or type)."""
+    llama_meta(writer)
+    for key, value in overrides.items():
+        full = f"llama.{key}"
+        del writer.kv_data[0][full]
+        if isinstance(value, str):
+            writer.add_string(full, value)
+        elif isinstance(value, list):
+            writer.add_array(full, value)
+        elif isinstance(value, float):
+            writer.add_float32(full, value)
+        else:
+            writer.add_int64(full, value)
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"block_count": "32"}, "'llama.block_count' must be a whole number (or one per layer), got \"32\""),
+    ({"block_count": ["a", "b"]}, "'llama.block_count' must be a whole number"),
+    ({"embedding_length": 64.5}, "'llama.embedding_length' must be a whole number"),
+    ({"block_count": 0}, "'llama.block_count' must be at least 1"),
+    ({"block_count": -2}, "'llama.block_count' must be at least 1"),
+    ({"attention.head_count": 0}, "'llama.attention.head_count' must be at least 1"),
+    ({"embedding_length": 2**40}, "at most 2,147,483,648"),
+    ({"attention.head_count_kv": 8}, "'llama.attention.head_count_kv' (8) is more than the 4 attention heads"),
+    ({"attention.head_count": 3, "attention.head_count_kv": 3}, "64 is not divisible by the 3 attention heads"),
+])
+def test_impossible_header_values_are_one_error_naming_the_key(tmp_path: Path, overrides: dict, message: str) -> None:
+    path = tmp_path / "odd.gguf"
+    write_gguf(path, "llama", llama_tensors(), lambda w: _llama_with(w, **overrides))
+    with pytest.raises(GpuflyError) as info:
+        read_gguf(path)
+    assert message in info.value.message and info.value.hint
+
+
+def test_more_experts_used_than_there_are_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "moe.gguf"
+
+    def meta(writer: gguf.GGUFWriter) -> None:
+        llama_meta(writer)
+        writer.add_expert_count(4)
+        writer.add_expert_used_count(8)
+
+    write_gguf(path, "llama", llama_tensors(), meta)
+    with pytest.raises(GpuflyError, match=r"8 experts used per token .* but only 4 experts"):
+        read_gguf(path)
+
+
+def test_a_file_without_tensors_is_not_a_model_of_zero_parameters(tmp_path: Path) -> None:
+    path = tmp_path / "vocab-only.gguf"
+    write_gguf(path, "llama", [], llama_meta)
+    with pytest.raises(GpuflyError, match="holds no tensors"):
+        read_gguf(path)
+
+
+def test_special_files_are_refused_before_they_are_opened(tmp_path: Path) -> None:
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)
+    with pytest.raises(GpuflyError, match="not a regular file"):
+        read_gguf(fifo)
+    with pytest.raises(GpuflyError, match="not a regular file"):
+        read_gguf("/dev/zero")

@@ -172,3 +172,43 @@ def test_presets_carry_their_rope_scaling() -> None:
     assert load_model("llama-3.1-8b").rope_scaling == RopeScaling(kind="llama3", factor=8.0, original_context=8192)
     assert load_model("gemma-3-27b").rope_scaling == RopeScaling(kind="linear", factor=8.0)
     assert load_model("qwen2.5-7b").rope_scaling is None
+
+
+SMALL_LLAMA = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+               "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256}
+SMALL_MOE = {**SMALL_LLAMA, "model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2}
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    ({**SMALL_LLAMA, "num_attention_heads": 30, "num_key_value_heads": 6},
+     "hidden_size (4096) is not divisible by num_attention_heads (30)"),
+    ({**SMALL_LLAMA, "num_key_value_heads": 5}, "num_key_value_heads (5) must divide num_attention_heads (32)"),
+    ({**SMALL_MOE, "num_experts_per_tok": 9}, "num_experts_per_tok (9) is more than the 8 experts"),
+    ({**SMALL_MOE, "model_type": "qwen3_moe", "num_local_experts": None, "num_experts": 4, "num_experts_per_tok": 5},
+     "num_experts_per_tok (5) is more than the 4 experts"),
+    ({**SMALL_LLAMA, "sliding_window": 4096, "sliding_layers_count": 40},
+     "sliding_layers_count (40) is more than num_hidden_layers (32)"),
+    ({**SMALL_LLAMA, "sliding_window": 4096, "layer_types": ["sliding_attention"] * 40},
+     "layer_types names 40 layers, but num_hidden_layers is 32"),
+    ({**SMALL_MOE, "mlp_only_layers": "abc"}, "'mlp_only_layers' must be a list of whole numbers, got \"abc\""),
+    ({**SMALL_MOE, "mlp_only_layers": [1, "2"]}, "'mlp_only_layers' must be a list of whole numbers"),
+    ({**SMALL_MOE, "mlp_only_layers": [40]}, "mlp_only_layers [40] names a layer outside 0..31"),
+    ({**SMALL_LLAMA, "layer_types": "full_attention"}, "'layer_types' must be a list of strings"),
+    ({**SMALL_LLAMA, "architectures": 5}, "'architectures' must be a list of strings, got 5"),
+    ({**SMALL_LLAMA, "num_hidden_layers": 0}, "'num_hidden_layers' must be a positive whole number, got 0"),
+    ({**SMALL_LLAMA, "num_attention_heads": -4}, "'num_attention_heads' must be a positive whole number"),
+    ({**SMALL_LLAMA, "hidden_size": 0}, "'hidden_size' must be a positive whole number"),
+    ({**SMALL_LLAMA, "vocab_size": -1}, "'vocab_size' must be a positive whole number"),
+])
+def test_impossible_models_are_refused_naming_the_field(config: dict, message: str) -> None:
+    data = {key: value for key, value in config.items() if value is not None}
+    with pytest.raises(GpuflyError) as caught:
+        from_config(data, name="odd", source="test", where="config.json")
+    assert message in caught.value.message and caught.value.hint
+
+
+def test_head_dim_given_lets_the_hidden_size_be_any_multiple() -> None:
+    """Gemma-style configs give head_dim, so hidden_size need not be heads x head_dim."""
+    spec = from_config({**SMALL_LLAMA, "num_attention_heads": 24, "num_key_value_heads": 8, "head_dim": 128},
+                       name="ok", source="test", where="config.json")
+    assert spec.attention is not None and spec.attention.head_dim == 128

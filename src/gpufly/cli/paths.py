@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from gpufly.errors import GpuflyError
+from gpufly.jsonfile import check_regular
 
 
 def check_writable(option: str, path: Path, example: str) -> None:
@@ -20,6 +21,7 @@ def check_writable(option: str, path: Path, example: str) -> None:
     if not path.parent.is_dir():
         raise GpuflyError(f"cannot write {option} {path}: {path.parent} is not a folder",
                           f"give {option} a path in an existing folder")
+    check_regular(path, hint=f"give {option} a regular file, for example {option} {example}")
     existed = path.exists()
     try:
         with open(path, "a", encoding="utf-8"):

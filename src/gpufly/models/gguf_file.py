@@ -21,7 +21,9 @@ Rules where a file leaves room for choice:
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from gpufly.errors import GpuflyError
 from gpufly.extras import require
 from gpufly.models.spec import Attention, ModelSpec, MoE, RopeScaling
+from gpufly.records import shown
 
 if TYPE_CHECKING:
     from gguf import GGUFReader
@@ -89,7 +92,12 @@ def read_gguf(path: str | Path) -> ModelSpec:
     """The ModelSpec of a GGUF model, from its header alone: exact params and weight bytes."""
     path = Path(path).expanduser()
     header, tensors = _read_model(path)
-    return _spec(header, tensors, path)
+    try:
+        return _spec(header, tensors, path)
+    except (TypeError, ValueError, ArithmeticError) as exc:  # a header value of a kind no converter writes
+        raise GpuflyError(f"{path}: a header value is not what a GGUF model holds ({type(exc).__name__}: {exc})",
+                          hint="the file is corrupt or was not written by llama.cpp's converter; convert the "
+                          "model again") from None
 
 
 def tensor_bytes_by_type(path: str | Path) -> dict[str, int]:
@@ -104,7 +112,7 @@ def tensor_bytes_by_type(path: str | Path) -> dict[str, int]:
 def _read_model(path: Path) -> tuple[_Header, list[_Tensor]]:
     """The header and tensors of a model, all shards of a split one included."""
     header, tensors = _read_file(path)
-    count = int(header.get("split.count", 1))
+    count = _size(header, "split.count", optional=True, least=0) or 1
     if count <= 1:
         return header, tensors
     shards = _shard_paths(path, count)
@@ -114,8 +122,8 @@ def _read_model(path: Path) -> tuple[_Header, list[_Tensor]]:
             read[shard.name] = _read_file(shard)
     first = read[shards[0].name][0]
     everything = [tensor for shard in shards for tensor in read[shard.name][1]]
-    expected = first.get("split.tensors.count")
-    if expected is not None and int(expected) != len(everything):
+    expected = _size(first, "split.tensors.count", optional=True, least=0)
+    if expected is not None and expected != len(everything):
         raise GpuflyError(f"the shards of {path} hold {len(everything)} tensors, not the {expected} "
                           "the first one announces", hint=_SHARD_HINT)
     return first, everything
@@ -154,12 +162,20 @@ def _read_file(path: Path) -> tuple[_Header, list[_Tensor]]:
 
 
 def _check_magic(path: Path) -> None:
-    """Tell a missing path, a folder and a file of another kind apart before the reader guesses."""
-    if not path.exists():
-        raise GpuflyError(f"no such GGUF file: {path}",
-                          hint="check the path; a model ref ending in .gguf must be a file")
-    if path.is_dir():
+    """Tell a missing path, a folder, a special file and a file of another kind apart before the reader guesses.
+    A FIFO, socket or device is refused before it is opened: opening a FIFO would wait for a writer, and the reader
+    would map /dev/zero as an endless file."""
+    hint = "check the path; a model ref ending in .gguf must be a file"
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise GpuflyError(f"no such GGUF file: {path}", hint=hint) from None
+    except OSError as exc:
+        raise GpuflyError(f"cannot read {path}: {exc.strerror or exc}", hint=hint) from None
+    if stat.S_ISDIR(mode):
         raise GpuflyError(f"{path} is a folder, not a GGUF file", hint="give the .gguf file inside it")
+    if not stat.S_ISREG(mode):
+        raise GpuflyError(f"{path} is not a regular file (a device, pipe or socket)", hint=hint)
     try:
         with path.open("rb") as file:
             start = file.read(16)
@@ -222,20 +238,24 @@ def _spec(header: _Header, tensors: list[_Tensor], path: Path) -> ModelSpec:
     def key(suffix: str) -> str:
         return f"{arch}.{suffix}"
 
-    layers = _per_layer(header.need(key("block_count")))
-    hidden = _per_layer(header.need(key("embedding_length")))
-    heads = _per_layer(header.need(key("attention.head_count")))
+    layers = _size(header, key("block_count"))
+    hidden = _size(header, key("embedding_length"))
+    heads = _size(header, key("attention.head_count"))
+    if not tensors:
+        raise GpuflyError(f"{header.where} holds no tensors: there is no model in it to size",
+                          hint="give the model's .gguf file (a vocabulary-only or adapter file has no weights)")
     by_name = {tensor.name: tensor for tensor in tensors}
     params = sum(tensor.n_elements for tensor in tensors)
     moe, active_params = _moe(header, arch, tensors, params)
     linear_params, linear_shapes = _linears(tensors)
     embedding = by_name.get("token_embd.weight")
-    intermediate = header.get(key("feed_forward_length"), header.get(key("expert_feed_forward_length")))
+    intermediate_key = key("feed_forward_length") if header.get(key("feed_forward_length")) is not None \
+        else key("expert_feed_forward_length")
     return ModelSpec(
         name=str(header.get("general.name") or _stem(path)), kind="decoder", source=f"gguf:{path}",
         params=params, params_method="gguf header", active_params=active_params, layers=layers, hidden=hidden,
-        heads=heads, intermediate=_per_layer(intermediate) if intermediate is not None else None,
-        vocab=_vocab(header, arch, embedding), max_context=header.get(key("context_length")),
+        heads=heads, intermediate=_size(header, intermediate_key, optional=True, least=0),
+        vocab=_vocab(header, arch, embedding), max_context=_size(header, key("context_length"), optional=True),
         rope_scaling=_rope_scaling(header, arch), tie_embeddings="output.weight" not in by_name,
         gated_mlp=_gated(tensors),
         attention=_attention(header, arch, layers, hidden, heads), moe=moe,
@@ -265,6 +285,33 @@ def _per_layer(value: Any) -> int:
     return int(value)
 
 
+LARGEST_SIZE = 2**31
+"""No size in a real model's header comes near this; past it the file is corrupt or was written by hand."""
+
+
+def _is_whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _size(header: _Header, key: str, optional: bool = False, least: int = 1) -> Any:
+    """A size from the header (a whole number, or one per layer), checked before it is counted with: a string, a
+    float, a list of strings, a zero where a model needs at least one, a negative or an absurd number is one error
+    naming the key (None for an optional key the file does not have)."""
+    if optional and header.get(key) is None:
+        return None
+    value = header.need(key)
+    items = value if isinstance(value, list) else [value]
+    hint = "the file is corrupt or was not written by llama.cpp's converter; convert the model again"
+    if not items or not all(_is_whole(item) for item in items):
+        raise GpuflyError(f"{header.where}: '{key}' must be a whole number (or one per layer), got {shown(value)}",
+                          hint=hint)
+    if not all(least <= item <= LARGEST_SIZE for item in items):
+        least_words = "at least 1" if least else "0 or more"
+        raise GpuflyError(f"{header.where}: '{key}' must be {least_words} and at most {LARGEST_SIZE:,}, "
+                          f"got {shown(value)}", hint=hint)
+    return _per_layer(value)
+
+
 def _stem(path: Path) -> str:
     match = _SHARD_NAME.match(path.name)
     return match["stem"] if match else path.stem
@@ -272,24 +319,36 @@ def _stem(path: Path) -> str:
 
 def _vocab(header: _Header, arch: str, embedding: _Tensor | None) -> int | None:
     if header.get(f"{arch}.vocab_size") is not None:
-        return int(header.get(f"{arch}.vocab_size"))
+        return _size(header, f"{arch}.vocab_size")
     if "tokenizer.ggml.tokens" in header.lengths:
         return header.lengths["tokenizer.ggml.tokens"]
     return embedding.shape[1] if embedding and len(embedding.shape) == 2 else None
 
 
 def _attention(header: _Header, arch: str, layers: int, hidden: int, heads: int) -> Attention:
-    window = header.get(f"{arch}.attention.sliding_window") or None
+    window = _size(header, f"{arch}.attention.sliding_window", optional=True, least=0) or None
     sliding = _sliding_layers(header, arch, layers) if window else 0
-    kv_lora_rank = header.get(f"{arch}.attention.kv_lora_rank")
+    if sliding > layers:
+        raise GpuflyError(f"{header.where}: {arch}.attention.sliding_window_pattern marks {sliding} sliding-window "
+                          f"layers, but the model has {layers} ({arch}.block_count)",
+                          hint="the file is corrupt or was not written by llama.cpp's converter")
+    kv_lora_rank = _size(header, f"{arch}.attention.kv_lora_rank", optional=True, least=0)
     if kv_lora_rank:
-        rope = _per_layer(header.need(f"{arch}.rope.dimension_count"))
-        return Attention(kind="mla", kv_lora_rank=int(kv_lora_rank), rope_head_dim=rope,
+        rope = _size(header, f"{arch}.rope.dimension_count")
+        return Attention(kind="mla", kv_lora_rank=kv_lora_rank, rope_head_dim=rope,
                          sliding_window=window, sliding_layers=sliding)
-    kv_heads = _per_layer(header.get(f"{arch}.attention.head_count_kv", heads))
-    head_dim = header.get(f"{arch}.attention.key_length")
-    return Attention(kind="mha", kv_heads=kv_heads,
-                     head_dim=_per_layer(head_dim) if head_dim else hidden // max(heads, 1),
+    kv_key = f"{arch}.attention.head_count_kv"
+    kv_heads = heads if header.get(kv_key) is None else _size(header, kv_key, least=0)
+    if kv_heads > heads:
+        raise GpuflyError(f"{header.where}: '{kv_key}' ({kv_heads}) is more than the {heads} attention heads",
+                          hint="grouped-query attention shares each key/value head among several query heads; "
+                          "the file is corrupt or was not written by llama.cpp's converter")
+    head_dim = _size(header, f"{arch}.attention.key_length", optional=True)
+    if head_dim is None and hidden % heads:
+        raise GpuflyError(f"{header.where}: the embedding length {hidden} is not divisible by the {heads} attention "
+                          "heads, and the file gives no attention.key_length",
+                          hint="the file is corrupt or was not written by llama.cpp's converter")
+    return Attention(kind="mha", kv_heads=kv_heads, head_dim=head_dim or hidden // heads,
                      sliding_window=window, sliding_layers=sliding)
 
 
@@ -319,10 +378,14 @@ def _layer_kind(name: str) -> tuple[int, str, str] | None:
 
 
 def _moe(header: _Header, arch: str, tensors: list[_Tensor], params: int) -> tuple[MoE | None, int | None]:
-    experts = int(header.get(f"{arch}.expert_count", 0))
+    experts = _size(header, f"{arch}.expert_count", optional=True, least=0) or 0
     if experts <= 0:
         return None, None
-    active = int(header.need(f"{arch}.expert_used_count"))
+    active = _size(header, f"{arch}.expert_used_count")
+    if active > experts:
+        raise GpuflyError(f"{header.where}: {active} experts used per token ({arch}.expert_used_count), but only "
+                          f"{experts} experts ({arch}.expert_count)",
+                          hint="the file is corrupt or was not written by llama.cpp's converter")
     expert_total = 0
     moe_layers: set[int] = set()
     has_shared = False
@@ -335,7 +398,8 @@ def _moe(header: _Header, arch: str, tensors: list[_Tensor], params: int) -> tup
         if kind in _EXPERT_KINDS:
             expert_total += tensor.n_elements
             moe_layers.add(layer)
-    shared = int(header.get(f"{arch}.expert_shared_count", 1 if has_shared else 0))
+    shared = _size(header, f"{arch}.expert_shared_count", optional=True, least=0)
+    shared = (1 if has_shared else 0) if shared is None else shared
     if not moe_layers:
         return MoE(experts=experts, active=active, shared=shared), None
     per_layer = expert_total // (experts * len(moe_layers))

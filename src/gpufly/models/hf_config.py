@@ -17,6 +17,7 @@ from typing import Any
 from gpufly.errors import GpuflyError
 from gpufly.jsonfile import read_json
 from gpufly.models.spec import Attention, ModelSpec, MoE, RopeScaling
+from gpufly.records import shown
 
 LLAMA_STYLE = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "gemma",
                "gemma2", "gemma3_text", "phi3", "deepseek_v3", "deepseek_v2", "olmo2", "granite"}
@@ -79,6 +80,61 @@ def _check_types(data: dict[str, Any], where: str) -> None:
         raise GpuflyError(f"{where}: num_key_value_heads ({kv_heads}) must divide num_attention_heads ({heads})",
                           hint="grouped-query attention shares each key/value head among a whole number of "
                                "query heads; " + hint)
+    _check_lists(data, where, hint)
+    _check_relations(data, where, hint)
+
+
+LIST_FIELDS = {"mlp_only_layers": int, "layer_types": str, "architectures": str}
+"""List fields the counts read, and the type of their items."""
+
+
+def _check_lists(data: dict[str, Any], where: str, hint: str) -> None:
+    for name, kind in LIST_FIELDS.items():
+        value = data.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, list) or not all(isinstance(item, kind) and not isinstance(item, bool)
+                                                  for item in value):
+            what = "whole numbers" if kind is int else "strings"
+            raise GpuflyError(f"{where}: the field '{name}' must be a list of {what}, got {shown(value)}", hint=hint)
+    layers = data.get("num_hidden_layers")
+    dense = data.get("mlp_only_layers") or []
+    if isinstance(layers, int) and any(not 0 <= index < layers for index in dense):
+        raise GpuflyError(f"{where}: mlp_only_layers {shown(dense)} names a layer outside 0..{layers - 1} "
+                          f"(num_hidden_layers {layers})", hint=hint)
+
+
+def _whole(data: dict[str, Any], name: str) -> int | None:
+    value = data.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _check_relations(data: dict[str, Any], where: str, hint: str) -> None:
+    """Fields that are each fine alone and impossible together: a model no framework would build."""
+    hidden, heads = _whole(data, "hidden_size") or _whole(data, "n_embd"), \
+        _whole(data, "num_attention_heads") or _whole(data, "n_head")
+    if hidden and heads and data.get("head_dim") is None and hidden % heads:
+        raise GpuflyError(f"{where}: hidden_size ({hidden}) is not divisible by num_attention_heads ({heads})",
+                          hint="each head takes an equal slice of the hidden size (or the config gives head_dim); "
+                          + hint)
+    experts = _whole(data, "num_local_experts") or _whole(data, "num_experts") or _whole(data, "n_routed_experts")
+    active = _whole(data, "num_experts_per_tok")
+    if experts and active and active > experts:
+        raise GpuflyError(f"{where}: num_experts_per_tok ({active}) is more than the {experts} experts",
+                          hint="a token is routed to some of the experts, never more than there are; " + hint)
+    layers = _whole(data, "num_hidden_layers")
+    sliding = _whole(data, "sliding_layers_count")
+    if layers and sliding is not None and sliding > layers:
+        raise GpuflyError(f"{where}: sliding_layers_count ({sliding}) is more than num_hidden_layers ({layers})",
+                          hint=hint)
+    types = data.get("layer_types")
+    if layers and isinstance(types, list) and len(types) != layers:
+        raise GpuflyError(f"{where}: layer_types names {len(types)} layers, but num_hidden_layers is {layers}",
+                          hint="layer_types gives each layer's attention, one entry per layer; " + hint)
+    dense_first = _whole(data, "first_k_dense_replace")
+    if layers and dense_first is not None and dense_first > layers:
+        raise GpuflyError(f"{where}: first_k_dense_replace ({dense_first}) is more than num_hidden_layers ({layers})",
+                          hint=hint)
 
 
 class Config:

@@ -23,6 +23,7 @@ from typing import Any
 
 from gpufly.errors import GpuflyError
 from gpufly.hw import GpuSample, HostSample
+from gpufly.jsonfile import check_regular
 from gpufly.monitor.health import Health, HealthWatch, assess
 from gpufly.monitor.sample import Snapshot
 
@@ -119,6 +120,7 @@ class SampleLog:
     def _open(self) -> int:
         """Open for appending; a last line cut short (a kill or a full disk mid-write) is cut off first, so the
         next sample starts on a line of its own instead of being glued onto half a sample."""
+        check_regular(self.path, hint="give --output a regular file, for example --output gpus.jsonl")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import runpy
 import signal
+import stat
 import sys
 import threading
 import traceback
@@ -63,8 +64,16 @@ def resolve(target: str) -> tuple[str, Callable[[], Any]]:
             raise GpuflyError(f"{target} has a syntax error: {exc.msg} ({where})",
                               f"fix the code there; `python -m py_compile {exc.filename or 'FILE'}` shows it") from None
     path = Path(target)
-    if not path.is_file():
-        raise GpuflyError(f"no such script: {target}", "give a Python file (train.py) or module:function")
+    hint = "give a Python file (train.py) or module:function"
+    if not path.exists():
+        raise GpuflyError(f"no such script: {target}", hint)
+    if not stat.S_ISREG(path.stat().st_mode):
+        raise GpuflyError(f"{target} is not a regular file (a folder, device, pipe or socket)", hint)
+    try:  # before running anything: /proc/self/mem is "regular" but cannot be read
+        with path.open("rb") as handle:
+            handle.read(1)
+    except OSError as exc:
+        raise GpuflyError(f"cannot read {target}: {exc.strerror or exc}", hint) from None
     return str(path), lambda: runpy.run_path(str(path), run_name="__main__")
 
 
