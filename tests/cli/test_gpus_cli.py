@@ -182,7 +182,7 @@ def test_chart_writes_a_png(cli, tmp_path) -> None:
     (("gpus", "--chart", "ladder.jpg"), "error: cannot draw a chart as '.jpg'"),
     (("gpus", "--frobnicate"), "error: No such option: --frobnicate"),
     (("gpus", "--chart", "/nonexistent-dir/ladder.png", "--vendor", "apple"),
-     "error: cannot write /nonexistent-dir/ladder.png"),
+     "error: cannot write --chart /nonexistent-dir/ladder.png"),
 ])
 def test_bad_input_is_one_error_line_and_exit_2(cli, args, message) -> None:
     result = cli(*args)

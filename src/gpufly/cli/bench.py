@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from gpufly.cli.paths import check_writable
 from gpufly.cli.render import MISSING, console, error_console, print_json, print_note
 from gpufly.errors import GpuflyError
 
@@ -260,6 +261,8 @@ def bench(
         return
     from gpufly.bench import open_device, parse_only, run_benchmarks, select
 
+    if save is not None:  # before measuring: a typo in the path must not cost the run
+        check_writable("--save", save, "bench.json")
     wanted = parse_only(only)
     target = open_device(device)
     chosen, skipped = select(target.plan(quick=quick), target.groups, wanted)

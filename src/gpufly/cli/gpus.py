@@ -12,6 +12,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from gpufly import __version__
+from gpufly.cli.paths import check_writable
 from gpufly.cli.render import MISSING, console, number, print_json, print_note
 
 if TYPE_CHECKING:
@@ -155,6 +156,8 @@ def gpus(
     chosen = metric(sort) if sort else None
     filters = Filters(vendor=vendor, arch=arch, segment=segment, min_vram_gib=min_vram,
                       has=tuple(has or ()))
+    if chart is not None:  # before drawing, which takes seconds
+        check_writable("--chart", chart, "ladder.png")
     catalog = default_catalog()
     specs = select(catalog, filters)
     if chosen is not None or chart is not None:
