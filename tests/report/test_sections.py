@@ -9,7 +9,7 @@ import pytest
 
 from gpufly.errors import GpuflyError
 from gpufly.report import SECTIONS, build_report, compose, ladder_place, reach
-from gpufly.report.models_fit import DEFAULT_BUDGET_USD
+from gpufly.report.models_fit import DEFAULT_BUDGET_USD, JOB_KINDS
 
 from .machines import h100_bench, no_driver, scenario, two_gpus
 
@@ -47,14 +47,25 @@ def test_a_machine_with_gpus_gets_every_section() -> None:
     json.dumps(data)
 
 
-def test_a_row_that_does_not_fit_has_no_speed_and_no_row_invents_a_range() -> None:
+def test_a_row_that_does_not_fit_has_no_speed_and_each_speed_carries_the_estimates_own_range() -> None:
+    from gpufly.catalog import default_catalog
+    from gpufly.estimate import fit
+    from gpufly.models.resolve import load_model
+
     report = compose(two_gpus(), scenario("healthy_gpu"), frameworks_imported=False)
     rows = report.to_dict()["fits"]["models"]
     assert any(not row["fits"] for row in rows) and any(row["fits"] for row in rows)
     for row in rows:
         assert (row["speed"] is not None) == row["fits"], row
-        assert row["speed_range"] is None, "the estimate gives one number; the report shows it as such"
+        assert (row["speed_range"] is not None) == row["fits"], row
         assert 0 < row["median_error"] < 0.5
+        if row["speed_range"]:
+            assert row["speed_range"]["low"] < row["speed"] < row["speed_range"]["high"]
+    infer = next(row for row in report.models if row.fits and row.task == "infer")
+    job = next(kind for kind in JOB_KINDS if kind.label == infer.job).job(load_model(infer.model_id))
+    verdict = fit(load_model(infer.model_id), default_catalog().get(infer.gpu_id), job.with_(gpus=infer.gpus))
+    band = verdict.speed_ranges["decode_tok_s"]
+    assert (infer.speed_low, infer.speed_high) == (band.low, band.high), "the report shows the estimate's range"
 
 
 def test_without_a_gpu_the_fits_are_for_gpus_to_buy_within_the_budget() -> None:

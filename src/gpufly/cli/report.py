@@ -140,8 +140,8 @@ def render_models(rows: list[ModelFitRow], out: Console) -> None:
             table.add_row(model, *(_cell(cells[(model, job)]) if (model, job) in cells else MISSING for job in jobs))
         out.print(table)
     out.print(_("infer columns: decode tokens/s per sequence; LoRA, QLoRA, full training: tokens trained per second; "
-                "no: does not fit (it needs that much per GPU); tight: fits within the memory estimate's error. Each "
-                "speed is one predicted number; the estimate's median error is {error} by engine "
+                "no: does not fit (it needs that much per GPU); tight: fits within the memory estimate's error. In "
+                "brackets, the 80% range of each predicted speed; the estimate's median error is {error} by engine "
                 "(docs/calibration.md).").format(error=error_span(rows)), markup=False)
 
 
@@ -149,7 +149,16 @@ def _cell(row: ModelFitRow) -> str:
     """The predicted tokens/s (the unit is in the title), or 'no' with the GiB per GPU the job needs."""
     if not row.fits:
         return _("no: {size} GiB").format(size=f"{row.needs_bytes / 2**30:,.0f}")
-    return f"{row.speed:,.0f}" + (" " + _("tight") if row.tight else "") if row.speed else MISSING
+    if not row.speed:
+        return MISSING
+    return f"{row.speed:,.0f}{_range_text(row)}" + (" " + _("tight") if row.tight else "")
+
+
+def _range_text(row: ModelFitRow | BuyRow) -> str:
+    """' (88-145)': the 80% range of a predicted speed, or nothing where the estimate gives none."""
+    if row.speed_low is None or row.speed_high is None:
+        return ""
+    return f" ({row.speed_low:,.0f}-{row.speed_high:,.0f})"
 
 
 def render_buys(rows: list[BuyRow], budget: float | None, out: Console, gpu_here: bool = False) -> None:
@@ -176,7 +185,7 @@ def _buy_cell(row: BuyRow) -> str:
         return _("none in budget")
     where = f"{row.gpus}x {row.gpu}" if row.gpus > 1 else row.gpu
     price = MISSING if row.price_usd is None else f"${row.price_usd:,.0f}"
-    speed = MISSING if row.speed is None else f"{row.speed:,.0f} tok/s"
+    speed = MISSING if row.speed is None else f"{row.speed:,.0f}{_range_text(row)} tok/s"
     return f"{where}\n{price}, {speed}"
 
 

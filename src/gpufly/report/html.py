@@ -231,10 +231,10 @@ def _job_colours(labels: Iterable[str]) -> dict[str, str]:
 def _fits(models: Sequence[ModelFitRow], buys: Sequence[BuyRow], budget: float | None) -> str:
     from gpufly.report.models_fit import CONTEXT, error_span
 
-    conditions = (f"<p class=\"muted\">predicted by gpufly's estimate at context {CONTEXT:,} and batch 1; each "
-                  "speed is one predicted number (the estimate gives no per-prediction range; its median error "
-                  f"against published measurements is {error_span([*models, *buys])} by engine, "
-                  "docs/calibration.md). A row that does not fit has no speed.</p>")
+    conditions = (f"<p class=\"muted\">predicted by gpufly's estimate at context {CONTEXT:,} and batch 1; in "
+                  "brackets, each speed's 80% range from published measurements (its median error is "
+                  f"{error_span([*models, *buys])} by engine, docs/calibration.md). A row that does not fit has no "
+                  "speed.</p>")
     parts = [conditions]
     for gpu in dict.fromkeys(row.gpu for row in models):
         rows = [row for row in models if row.gpu == gpu]
@@ -260,7 +260,8 @@ def _fit_matrix(gpu: str, rows: Sequence[ModelFitRow]) -> str:
             if row is None:
                 line.append("N/A")
                 continue
-            line.append(escape(_speed(row.speed, row.speed_unit.split(" ")[0])) + ("<br><span class=\"muted\">"
+            line.append(escape(_speed(row.speed, row.speed_unit.split(" ")[0]) + _range_text(row))
+                        + ("<br><span class=\"muted\">"
                         "tight</span>" if row.tight else "") if row.fits else
                         f'<span class="no">no: needs {_gib(row.needs_bytes)}</span>')
         table_rows.append(line)
@@ -313,7 +314,14 @@ def _buy_cell(row: BuyRow) -> str:
     where = f"{row.gpus}x {row.gpu}" if row.gpus > 1 else row.gpu
     price = "N/A" if row.price_usd is None else f"${row.price_usd:,.0f}"
     return (f'<span title="{escape(row.command)}"><strong>{escape(where)}</strong><br>{price}, '
-            f"{escape(_speed(row.speed, row.speed_unit.split()[0]))}</span>")
+            f"{escape(_speed(row.speed, row.speed_unit.split()[0]) + _range_text(row))}</span>")
+
+
+def _range_text(row: ModelFitRow | BuyRow) -> str:
+    """' (88-145)': the 80% range of a predicted speed, or nothing where the estimate gives none."""
+    if row.speed is None or row.speed_low is None or row.speed_high is None:
+        return ""
+    return f" ({row.speed_low:,.0f}-{row.speed_high:,.0f})"
 
 
 def _next(report: Report) -> str:

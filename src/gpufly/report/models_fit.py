@@ -62,7 +62,8 @@ def _speed(verdict: Fit) -> tuple[float | None, str]:
 @dataclass(frozen=True)
 class ModelFitRow:
     """One model and job on one GPU type (``gpus`` of it together). ``speed`` is None where the job does not fit;
-    ``median_error`` is the estimate's calibrated median error for this engine, not a range of this row."""
+    ``speed_low``-``speed_high`` is its 80% range (the estimate's, from published measurements: docs/calibration.md);
+    ``median_error`` is the estimate's median error for this engine."""
 
     model: str
     model_id: str
@@ -80,6 +81,8 @@ class ModelFitRow:
     speed: float | None
     speed_unit: str
     median_error: float
+    speed_low: float | None = None
+    speed_high: float | None = None
 
     @property
     def command(self) -> str:
@@ -88,7 +91,25 @@ class ModelFitRow:
         return f"gpufly fit {self.model_id} --gpu {where} --task {self.task} --quant {self.quant} --ctx {CONTEXT}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "command": self.command, "context": CONTEXT, "speed_range": None}
+        return {**self.__dict__, "command": self.command, "context": CONTEXT,
+                "speed_range": _range(self.speed, self.speed_low, self.speed_high)}
+
+
+def _range(speed: float | None, low: float | None, high: float | None) -> dict[str, float] | None:
+    """The 80% range of a predicted speed for --json, or None where there is no speed or no range."""
+    if speed is None or low is None or high is None:
+        return None
+    return {"low": low, "high": high, "coverage": 0.8}
+
+
+def _headline_range(verdict: Fit) -> tuple[float | None, float | None]:
+    """The 80% range of the speed ``headline`` picks: decode for inference, training tokens (or samples) per
+    second for training."""
+    job = verdict.job
+    name = ("decode_tok_s" if not job.training
+            else "train_tokens_s" if verdict.speed.train_tokens_s is not None else "train_samples_s")
+    band = verdict.speed_ranges.get(name)
+    return (band.low, band.high) if band is not None else (None, None)
 
 
 def _errors(job: Job) -> float:
@@ -128,10 +149,12 @@ def model_fit_rows(gpus: Sequence[tuple[GpuSpec, int]], models: Iterable[str] = 
                 except GpuflyError:
                     continue
                 speed, unit = _speed(verdict)
+                low, high = _headline_range(verdict) if verdict.fits else (None, None)
                 rows.append(ModelFitRow(spec.name, name, kind.label, job.task, job.quant, job.engine, gpu.name, gpu.id,
                                         count,
                                         verdict.fits, verdict.tight, verdict.memory.total_bytes,
-                                        verdict.capacity_bytes, speed if verdict.fits else None, unit, _errors(job)))
+                                        verdict.capacity_bytes, speed if verdict.fits else None, unit, _errors(job),
+                                        low, high))
     return rows
 
 
@@ -160,13 +183,16 @@ class BuyRow:
     speed_unit: str
     median_error: float
     budget_usd: float
+    speed_low: float | None = None
+    speed_high: float | None = None
 
     @property
     def command(self) -> str:
         return f"gpufly recommend {self.model_id} --task {self.task} --quant {self.quant} --budget {self.budget_usd:g}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "command": self.command, "context": CONTEXT, "speed_range": None}
+        return {**self.__dict__, "command": self.command, "context": CONTEXT,
+                "speed_range": _range(self.speed, self.speed_low, self.speed_high)}
 
 
 def buy_rows(catalog: Iterable[GpuSpec], budget_usd: float, models: Iterable[str] = DEFAULT_MODELS,
@@ -192,6 +218,7 @@ def buy_rows(catalog: Iterable[GpuSpec], budget_usd: float, models: Iterable[str
                                    budget_usd))
                 continue
             pick = ranking.picks[0]
+            low, high = _headline_range(pick.fit)
             rows.append(BuyRow(spec.name, name, kind.label, job.task, job.quant, pick.fit.card.name, pick.fit.job.gpus,
-                               pick.price_usd, pick.throughput, pick.unit, error, budget_usd))
+                               pick.price_usd, pick.throughput, pick.unit, error, budget_usd, low, high))
     return rows
