@@ -1,137 +1,227 @@
-"""What the profiler costs: the same training loop with and without ``gpufly.Profiler``, interleaved.
+"""What the profiler costs a training loop, side by side with ``torch.profiler`` on the same loops.
 
-A CPU (or --device cuda) MLP training loop over a DataLoader; each round times ``--steps`` steps
-without the profiler and then with it (profiler wrapping the loader, ``with prof.step()``, model and
-optimizer hooks: everything a user turns on); rounds alternate which goes first, so drift in the
-machine's speed falls on both. Reports the median step time of each and the overhead in percent.
-Run: ``python benchmarks/profile_overhead.py [--device cuda] [--rounds 7]``.
+Two CPU (or ``--device cuda``) MLP training loops with Adam over a DataLoader, sized for about 1 ms and about
+30 ms per step. Each round runs one block of steps three ways, in an order that rotates from round to round so
+that drift in the machine's speed falls on all three alike:
+
+- ``plain``: the loop as written;
+- ``gpufly``: everything a user turns on: ``prof.loader``, ``with prof.step()``, ``prof.watch(model, optimizer)``
+  (module and optimizer hooks, the sync counter on its sampled steps, memory readings);
+- ``torch.profiler``: the same loop inside ``torch.profiler.profile`` (CPU activities; CUDA too on a GPU),
+  ``prof.step()`` each step: its in-loop cost, the trace's processing after the loop left out.
+
+Every step is timed the same way in all three, from outside (the end of one step to the end of the next,
+after a device sync on a GPU). A round's overhead is its median step against the plain block's median step of
+the same round; the figure printed is the median over rounds with a 95% bootstrap interval. The mean step is
+shown too: it carries the profiler's sampled steps, which the median leaves out; and the CPU time of the loop's
+thread over the block (one torch thread: the loop's whole work), which other processes taking the CPU away do
+not inflate, so on a shared, busy machine it resolves what the wall-clock figures cannot. ``gpufly says`` is the
+overhead the profiler reports about itself (timed inside its own hooks), to set against the outside figure.
+
+Run: ``python benchmarks/profile_overhead.py [--rounds 15] [--device cuda]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
+import random
 import statistics
 import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import gpufly
 
-Setup = tuple[torch.nn.Module, torch.optim.Optimizer, DataLoader]
+
+@dataclass(frozen=True)
+class LoopSize:
+    """One training loop: an MLP 512-width-width-10 at ``batch``, ``steps`` steps per block."""
+
+    name: str
+    width: int
+    batch: int
+    steps: int
 
 
-def _setup(device: str, width: int, batch: int, steps: int) -> Setup:
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(512, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
-                                torch.nn.ReLU(), torch.nn.Linear(width, 10)).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    data = TensorDataset(torch.randn(batch * steps, 512), torch.randint(0, 10, (batch * steps,)))
-    return model, optimizer, DataLoader(data, batch_size=batch, pin_memory=device.startswith("cuda"))
+LOOPS = (LoopSize("~1 ms step", width=160, batch=32, steps=200),
+         LoopSize("~30 ms step", width=1024, batch=384, steps=24))
+"""Sized on the 2-vCPU VM with one torch thread; the step time measured is printed, not assumed."""
 
 
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+@dataclass
+class Loop:
+    """The model, optimizer and data of one loop size, kept across blocks (a user's loop runs on and on)."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    loader: DataLoader
+    device: str
+
+    @classmethod
+    def build(cls, size: LoopSize, device: str) -> Loop:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(512, size.width), torch.nn.ReLU(),
+                                    torch.nn.Linear(size.width, size.width), torch.nn.ReLU(),
+                                    torch.nn.Linear(size.width, 10)).to(device)
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+        items = size.batch * (size.steps + 1)
+        data = TensorDataset(torch.randn(items, 512), torch.randint(0, 10, (items,)))
+        return cls(model, optimizer, DataLoader(data, batch_size=size.batch, pin_memory=device.startswith("cuda")),
+                   device)
+
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+        loss = torch.nn.functional.cross_entropy(self.model(x), y)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
 
 
-def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-          device: str) -> None:
-    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-    loss = torch.nn.functional.cross_entropy(model(x), y)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
+@dataclass
+class Block:
+    """One block's steps, timed from outside: wall time per step, and the CPU time of the loop's thread over
+    the block per step (which other processes taking the CPU away do not inflate); gpufly's own figure."""
+
+    times: list[float]
+    cpu_per_step_s: float
+    gpufly_says_s: float | None = None
 
 
-def plain(device: str, width: int, batch: int, steps: int) -> float:
-    model, optimizer, loader = _setup(device, width, batch, steps)
-    times = []
-    _sync(device)
+def timed_steps(batches: Iterable[tuple[torch.Tensor, torch.Tensor]], run_step: Callable[..., None]) -> Block:
+    """Each step's time from outside, end to end (the batch fetch included); the first, which starts the
+    loader's iterator, left out."""
+    times: list[float] = []
+    cpu_started = 0.0
     last = time.perf_counter()
-    for x, y in loader:
-        _step(model, optimizer, x, y, device)
-        _sync(device)
+    for x, y in batches:
+        run_step(x, y)
         now = time.perf_counter()
+        if not times:
+            cpu_started = time.thread_time()
         times.append(now - last)
         last = now
-    return statistics.median(times[3:])
+    return Block(times[1:], (time.thread_time() - cpu_started) / max(len(times) - 1, 1))
 
 
-def profiled(device: str, width: int, batch: int, steps: int) -> float:
-    model, optimizer, loader = _setup(device, width, batch, steps)
-    prof = gpufly.Profiler(warmup=3, device=device).watch(model, optimizer)
-    _sync(device)
-    for x, y in prof.loader(loader):
+def plain(loop: Loop) -> Block:
+    return timed_steps(loop.loader, loop.step)
+
+
+def with_gpufly(loop: Loop) -> Block:
+    prof = gpufly.Profiler(warmup=0, device=loop.device, nvml_interval=None).watch(loop.model, loop.optimizer)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
         with prof.step():
-            _step(model, optimizer, x, y, device)
-            _sync(device)
+            loop.step(x, y)
+
+    block = timed_steps(prof.loader(loop.loader), step)
     data = prof.finish()
-    return statistics.median(s.wall_s for s in data.measured)
+    block.gpufly_says_s = data.overhead.per_step_s if data.overhead is not None else None
+    return block
 
 
-def bookkeeping_us(steps: int = 3000) -> float:
-    """The profiler's own cost per step, measured on an empty loop (no work to hide it in): µs per step.
+def with_torch_profiler(loop: Loop) -> Block:
+    from torch.profiler import ProfilerActivity, profile
 
-    Includes the loader wrapper, ``with prof.step()``, the memory reading, the model hooks around a
-    tiny forward and one counted ``.item()``.
-    """
-    model = torch.nn.Linear(1, 1)
-    batches = [torch.zeros(1, 1) for _ in range(steps)]
-    loss = torch.zeros(())
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if loop.device.startswith("cuda") else [])
+    with profile(activities=activities) as prof:
+        def step(x: torch.Tensor, y: torch.Tensor) -> None:
+            loop.step(x, y)
+            prof.step()
 
-    def bare() -> float:
-        started = time.perf_counter()
-        for x in batches:
-            model(x)
-            loss.item()
-        return time.perf_counter() - started
+        return timed_steps(loop.loader, step)
 
-    def with_profiler() -> float:
-        prof = gpufly.Profiler(warmup=0, device="cpu", nvml_interval=None).watch(model)
-        started = time.perf_counter()
-        for x in prof.loader(batches):
-            with prof.step():
-                model(x)
-                loss.item()
-        elapsed = time.perf_counter() - started
-        prof.finish()
-        return elapsed
 
-    bare(), with_profiler()
-    plain_s = statistics.median(bare() for _ in range(5))
-    profiled_s = statistics.median(with_profiler() for _ in range(5))
-    return (profiled_s - plain_s) / steps * 1e6
+VARIANTS: dict[str, Callable[[Loop], Block]] = {
+    "plain": plain, "gpufly": with_gpufly, "torch.profiler": with_torch_profiler}
+
+
+@dataclass
+class Blocks:
+    """Per variant, per round: the median step, the mean step and the thread's CPU time per step."""
+
+    medians: dict[str, list[float]] = field(default_factory=lambda: {name: [] for name in VARIANTS})
+    means: dict[str, list[float]] = field(default_factory=lambda: {name: [] for name in VARIANTS})
+    cpu: dict[str, list[float]] = field(default_factory=lambda: {name: [] for name in VARIANTS})
+    gpufly_says_s: list[float] = field(default_factory=list)
+
+
+def measure(size: LoopSize, device: str, rounds: int) -> Blocks:
+    loop = Loop.build(size, device)
+    plain(loop)  # warm the allocator, the kernels and the optimizer state
+    names = list(VARIANTS)
+    blocks = Blocks()
+    for round_ in range(rounds):
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
+            block = VARIANTS[name](loop)
+            blocks.medians[name].append(statistics.median(block.times))
+            blocks.means[name].append(statistics.fmean(block.times))
+            blocks.cpu[name].append(block.cpu_per_step_s)
+            if block.gpufly_says_s is not None:
+                blocks.gpufly_says_s.append(block.gpufly_says_s)
+    return blocks
+
+
+def interval(values: list[float], draws: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """The median and its 95% percentile-bootstrap interval."""
+    rng = random.Random(seed)
+    resampled = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
+    return statistics.median(values), resampled[int(0.025 * draws)], resampled[int(0.975 * draws) - 1]
+
+
+def overheads(blocks: Blocks, name: str, kind: str) -> list[float]:
+    """Per round, the variant's step against the plain block's of the same round (paired)."""
+    figures = {"median": blocks.medians, "mean": blocks.means, "cpu": blocks.cpu}[kind]
+    return [with_ / without - 1 for with_, without in zip(figures[name], figures["plain"], strict=True)]
+
+
+def pct(triple: tuple[float, float, float]) -> str:
+    middle, low, high = (100 * value for value in triple)
+    return f"{middle:+6.2f}% [{low:+.2f}, {high:+.2f}]"
+
+
+def report(size: LoopSize, blocks: Blocks) -> None:
+    step_ms = statistics.median(blocks.medians["plain"]) * 1000
+    print(f"\n{size.name}: MLP 512-{size.width}-{size.width}-10, Adam, batch {size.batch}, "
+          f"{len(blocks.medians['plain'])} rounds x {size.steps} steps; plain median step {step_ms:.3f} ms")
+    print(f"{'':16}{'median step ms':>15}{'overhead: median step [95%]':>31}{'mean step [95%]':>28}"
+          f"{'thread CPU time [95%]':>28}")
+    for name in VARIANTS:
+        row = f"{name:16}{1000 * statistics.median(blocks.medians[name]):>15.3f}"
+        if name != "plain":
+            row += "".join(f"{pct(interval(overheads(blocks, name, kind))):>{width}}"
+                           for kind, width in (("median", 31), ("mean", 28), ("cpu", 28)))
+        print(row)
+    says = statistics.median(blocks.gpufly_says_s)
+    print(f"gpufly says: {1e6 * says:.1f} µs per step of its own time (median over rounds) = "
+          f"{100 * says / statistics.median(blocks.medians['plain']):.2f}% of the plain step")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--width", type=int, default=1024)
-    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (1: a busy 2-core machine's spinning OpenMP threads swamp the figure)")
     args = parser.parse_args()
-    runs: dict[str, list[float]] = {"without": [], "with": []}
-    plain(args.device, args.width, args.batch, 10)  # warm the allocator and the kernels
-    for round_ in range(args.rounds):
-        order = [("without", plain), ("with", profiled)]
-        for name, run in order if round_ % 2 == 0 else order[::-1]:
-            runs[name].append(run(args.device, args.width, args.batch, args.steps))
-    without, with_ = statistics.median(runs["without"]), statistics.median(runs["with"])
-    overhead = (with_ - without) / without
+    torch.set_num_threads(args.threads)
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "CPU"
-    print(f"profiler overhead on {args.device} ({name}), torch {torch.__version__}, {torch.get_num_threads()} "
-          f"threads; MLP 512-{args.width}-{args.width}-10, batch {args.batch}, {args.rounds} rounds x "
-          f"{args.steps} steps, medians")
-    print(f"{'loop':<22}{'median step ms':>16}")
-    print(f"{'without profiler':<22}{1000 * without:>16.3f}")
-    print(f"{'with profiler':<22}{1000 * with_:>16.3f}")
-    cost = bookkeeping_us()
-    print(f"measured difference: {100 * overhead:+.2f}% of step time (run-to-run noise on a shared VM is about 2%)")
-    print(f"profiler bookkeeping: {cost:.1f} µs per step (empty loop) = {cost / (1e6 * without) * 100:.2f}% of this "
-          f"{1000 * without:.1f} ms step (target: under 2%)")
+    load = " ".join(f"{value:.2f}" for value in os.getloadavg())
+    print(f"profiler overhead on {args.device} ({name}, {os.cpu_count()} CPUs, load average {load}), "
+          f"torch {torch.__version__}, Python {platform.python_version()}, gpufly {gpufly.__version__}, "
+          f"{torch.get_num_threads()} torch threads; variants interleaved, order rotated each round")
+    for size in LOOPS:
+        report(size, measure(size, args.device, args.rounds))
+    load = " ".join(f"{value:.2f}" for value in os.getloadavg())
+    print(f"\nload average at the end: {load}")
 
 
 if __name__ == "__main__":

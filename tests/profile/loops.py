@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import gpufly
+from gpufly.profile.sampling import EVERY_STEP, Sampling
 
 from .fakes import FakeClock
 
@@ -75,11 +76,12 @@ def _dataset(items: int, features: int = 32) -> TensorDataset:
 
 
 def train(loader: Any, model: torch.nn.Module, clock: FakeClock, pace: Pace, item_every_step: bool = False,
-          warmup: int = 3) -> gpufly.Profiler:
-    """The user's loop with the profiler's two lines; returns the profiler, finished."""
+          warmup: int = 3, sampling: Sampling = EVERY_STEP) -> gpufly.Profiler:
+    """The user's loop with the profiler's two lines; returns the profiler, finished. Every step is looked inside
+    unless ``sampling`` says otherwise, so the figures are exact."""
     model = PacedModel(model, clock, pace)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    prof = gpufly.Profiler(warmup=warmup, clock=clock).watch(model, optimizer)
+    prof = gpufly.Profiler(warmup=warmup, sampling=sampling, clock=clock).watch(model, optimizer)
     optimizer.register_step_pre_hook(lambda *args: clock.advance(pace.optimizer_s))  # after the profiler's hook
     for x, y in prof.loader(loader):
         with prof.step():
@@ -101,11 +103,12 @@ def input_bound(num_workers: int, pace: Pace) -> gpufly.Profiler:
     return train(loader, _mlp(64), clock, pace)
 
 
-def clean(item_every_step: bool = False, pace: Pace = Pace()) -> gpufly.Profiler:
-    """30 steps of an in-memory dataset: no wait, no sync (unless asked for), nothing to find."""
+def clean(item_every_step: bool = False, pace: Pace = Pace(), steps: int = 30,
+          sampling: Sampling = EVERY_STEP) -> gpufly.Profiler:
+    """``steps`` steps of an in-memory dataset: no wait, no sync (unless asked for), nothing to find."""
     clock = FakeClock()
-    loader = DataLoader(PacedDataset(_dataset(64 * 30), clock, pace.wait_s / 64), batch_size=64)
-    return train(loader, _mlp(64), clock, pace, item_every_step=item_every_step)
+    loader = DataLoader(PacedDataset(_dataset(64 * steps), clock, pace.wait_s / 64), batch_size=64)
+    return train(loader, _mlp(64), clock, pace, item_every_step=item_every_step, sampling=sampling)
 
 
 def small_clean() -> gpufly.Profiler:

@@ -33,9 +33,13 @@ def test_an_fp32_loop_on_a_tensor_core_gpu_is_told_about_amp() -> None:
             torch.cuda.synchronize()
     data = prof.finish()
     assert data.settings.device.startswith("cuda") and data.settings.compute_capability
-    assert all(s.memory_bytes and s.memory_bytes > 4 * 1024 * 4096 for s in data.measured), "peak GPU memory"
-    assert all(s.h2d_s > 0 for s in data.measured) and data.settings.non_blocking_copies is False
-    assert data.sync_calls.get("torch.cuda.synchronize()") == len(data.steps)
+    detailed = [s for s in data.steps if s.detailed]  # the default sampling: warm-up, the first 8, then windows
+    assert 11 <= len(detailed) < len(data.steps)
+    assert all(s.memory_bytes and s.memory_bytes > 4 * 1024 * 4096 for s in detailed), "peak GPU memory"
+    assert all(s.memory_bytes is None for s in data.steps if not s.detailed), "read on the detailed steps only"
+    assert all(s.h2d_s > 0 for s in data.detailed) and data.settings.non_blocking_copies is False
+    assert data.sync_calls.get("torch.cuda.synchronize()") == len(detailed)
+    assert all(s.sync_wait_s is not None for s in detailed), "the time the host waited in each synchronize()"
     assert data.gpu, "NVML samples in the background"
     rules = [f.rule for f in diagnose(data)]
     if data.settings.tensor_cores:

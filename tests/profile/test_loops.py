@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from gpufly.profile.rules import THRESHOLDS, diagnose
+from gpufly.profile.sampling import EVERY_STEP, Sampling
 
 from . import loops
 
@@ -45,6 +46,32 @@ def test_item_every_step_is_diagnosed_as_sync_points() -> None:
     assert prof.data.median("wall_s") == pytest.approx(pace.step_s)
     finding = next(f for f in diagnose(prof.data) if f.rule == "sync_points")
     assert "of CPU work between syncs" in finding.seen
+
+
+def test_by_default_syncs_are_counted_on_the_sampled_steps_only_and_reported_per_sampled_step() -> None:
+    """The wrappers are in place only during the detailed steps: the other steps' .item() calls cost nothing and
+    are not counted, and the per-step figure is over the steps that counted."""
+    sampling = Sampling(first=4, window=2, share=0.25)
+    prof = loops.clean(item_every_step=True, steps=60, sampling=sampling)
+    data = prof.data
+    detailed = [s.index for s in data.steps if s.detailed]
+    assert detailed[:7] == list(range(7)), "the 3 warm-up steps and the first 4 measured ones"
+    assert 7 < len(detailed) < 60, detailed
+    assert all(s.syncs == (1 if s.detailed else 0) for s in data.steps)
+    assert data.sync_calls == {".item()": len(detailed)} and data.per_step("syncs") == 1.0
+    assert all((s.forward_s is not None) == s.detailed for s in data.steps), "forward hooks only when detailed"
+    assert data.overhead is not None and data.overhead.detailed_steps == len(detailed)
+    assert "sync_points" in _rules(prof)
+
+
+def test_the_profilers_own_time_is_timed_by_its_clock_and_its_calls_counted() -> None:
+    """A clock that moves only when the loop's work does: gpufly's code took no time of it, and every entry into
+    gpufly (loader, step, forward and optimizer hooks, the counted .item()) was timed once."""
+    prof = loops.clean(item_every_step=True, steps=10)
+    overhead = prof.data.overhead
+    assert overhead is not None and overhead.spent_s == 0 and overhead.per_step_s == 0
+    # per step: the loader (1), prof.step() (1), its end (1), forward pre/post (2), optimizer pre/post (2), .item()
+    assert overhead.hook_calls >= 10 * 8 and overhead.steps == 10
 
 
 def test_a_clean_loop_gets_no_false_alarm() -> None:
@@ -83,7 +110,7 @@ def test_evaluation_batches_after_training_are_not_steps_and_the_training_loader
     train = DataLoader(TensorDataset(torch.randn(16 * 10, 32), torch.randint(0, 4, (16 * 10,))), batch_size=16,
                        num_workers=1, persistent_workers=True)
     val = DataLoader(TensorDataset(torch.randn(64 * 20, 32), torch.randint(0, 4, (64 * 20,))), batch_size=64)
-    prof = gpufly.Profiler(warmup=2)
+    prof = gpufly.Profiler(warmup=2, sampling=EVERY_STEP)
     with attached(prof):
         with torch.no_grad():  # a sanity check before training, as Lightning runs: no optimizer step seen yet
             assert sum(int((model(x).argmax(-1) == y).sum()) for x, y in val) >= 0
@@ -135,7 +162,7 @@ def test_printing_and_converting_a_tensor_count_as_one_sync_each(show, label: st
 
     model = torch.nn.Linear(16, 4)
     optimizer = torch.optim.Adam(model.parameters())  # its own internal .item() and bool() are not the user's
-    prof = gpufly.Profiler(warmup=0).watch(model, optimizer)
+    prof = gpufly.Profiler(warmup=0, sampling=EVERY_STEP).watch(model, optimizer)
     for x in prof.loader([torch.randn(8, 16) for _ in range(5)]):
         with prof.step(), contextlib.redirect_stdout(io.StringIO()):
             loss = model(x).square().mean()
@@ -153,7 +180,7 @@ def test_the_profiler_restores_what_it_wrapped() -> None:
     names = ("item", "tolist", "cpu", "numpy", "__repr__", "__format__", "__float__", "__int__", "__bool__",
              "__index__")
     before = {name: torch.Tensor.__dict__.get(name) for name in names}
-    loops.clean(item_every_step=True)
+    loops.clean(item_every_step=True, steps=40, sampling=Sampling(first=2, window=2, share=0.2))
     assert {name: torch.Tensor.__dict__.get(name) for name in before} == before
     assert torch.tensor(3.0).item() == 3.0 and float(torch.tensor(2.0)) == 2.0 and f"{torch.tensor(1.5):.1f}" == "1.5"
 

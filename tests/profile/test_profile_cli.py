@@ -144,34 +144,99 @@ def test_an_unwritable_output_fails_before_the_run(cli, tmp_path: Path) -> None:
     assert folder.code == 2 and "is a folder" in folder.stderr
 
 
-def test_a_write_failure_after_the_run_is_one_line_and_keeps_the_exit_code(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    if not Path("/dev/full").exists():
-        pytest.skip("needs /dev/full")
+def test_a_write_failure_after_the_run_is_one_line_and_keeps_the_exit_code(cli, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk fills while the script runs: --save was writable when checked, and fails when written."""
+    from gpufly.errors import GpuflyError
+    from gpufly.profile import render
+
+    def disk_full(path: Path, data: object, hint: str | None = None) -> None:
+        raise GpuflyError(f"cannot write {path}: No space left on device", hint)
+
+    monkeypatch.setattr(render, "write_json_atomic", disk_full)
     script = tmp_path / "exit3.py"
     script.write_text(EXIT3)
-    page = tmp_path / "ok.html"
-    result = cli("profile", "--save", "/dev/full", "--html", str(page), str(script))
+    page, saved = tmp_path / "ok.html", tmp_path / "run.json"
+    result = cli("profile", "--save", str(saved), "--html", str(page), str(script))
     assert result.code == 3, result.stderr
-    assert "error: cannot write /dev/full" in result.stderr and "Traceback" not in result.stderr
+    assert f"error: cannot write {saved}: No space left" in result.stderr and "Traceback" not in result.stderr
     assert page.is_file() and "<svg" in page.read_text(), "the other output is still written"
 
 
-def test_the_html_chart_is_scaled_to_the_measured_steps_not_a_long_warm_up(tmp_path: Path) -> None:
+def _chart_page(tmp_path: Path, steps: list, **data: object) -> str:  # type: ignore[type-arg]
+    from gpufly.profile.records import ProfileData
+    from gpufly.profile.render import write_html
+
+    page = tmp_path / "chart.html"
+    write_html(page, ProfileData(steps=steps, **data), [])  # type: ignore[arg-type]
+    return page.read_text()
+
+
+def _bar_heights(text: str) -> list[float]:
+    """Each bar's total height in the step chart (its stacked parts added up), in drawing order."""
     import re
 
-    from gpufly.profile.records import ProfileData, StepRecord
-    from gpufly.profile.render import write_html
+    totals: dict[str, float] = {}
+    for x, height in re.findall(r'<rect class="step[^"]*" data-part="[^"]*" x="([\d.]+)"[^>]*height="([\d.]+)"', text):
+        totals[x] = totals.get(x, 0.0) + float(height)
+    return list(totals.values())
+
+
+def test_the_html_chart_is_scaled_to_the_measured_steps_not_a_long_warm_up(tmp_path: Path) -> None:
+    from gpufly.profile.records import StepRecord
+    from gpufly.profile.render import CHART_H, MARGIN_BOTTOM, MARGIN_TOP
 
     steps = [StepRecord(index=0, wall_s=2.0, warmup=True)]  # compilation: 200x a measured step
     steps += [StepRecord(index=i, wall_s=0.010 if i % 2 else 0.005, data_wait_s=0.002) for i in range(1, 11)]
-    page = tmp_path / "chart.html"
-    write_html(page, ProfileData(steps=steps), [])
+    text = _chart_page(tmp_path, steps)
+    room = CHART_H - MARGIN_TOP - MARGIN_BOTTOM
+    heights = _bar_heights(text)
+    assert max(heights[1:]) == pytest.approx(room), "the longest measured step reaches the top of the axis (10 ms)"
+    assert min(heights[1:]) == pytest.approx(room / 2), "a step half as long is half as tall"
+    assert heights[0] == pytest.approx(room) and text.count('class="clipped"') == 1, "the warm-up bar is clipped"
+    assert 'data-scale-ms="10"' in text and "longer than the axis, clipped" in text
+
+
+def test_the_html_chart_has_labelled_axes_the_parts_of_each_step_and_the_noise_floor(tmp_path: Path) -> None:
+    from gpufly.profile.records import StepRecord
+
+    steps = [StepRecord(index=i, wall_s=0.010, data_wait_s=0.002, forward_s=0.003, backward_s=0.003,
+                        optimizer_s=0.001, sync_wait_s=0.0005, detailed=i < 6) for i in range(12)]
+    text = _chart_page(tmp_path, steps)
+    assert "step time (ms)" in text and "step number" in text
+    assert '<text class="ytick"' in text and '<text class="xtick"' in text
+    parts = {part for part in ("data wait", "forward", "backward", "optimizer", "sync stall", "other",
+                               "not looked inside") if f'data-part="{part}"' in text}
+    assert parts == {"data wait", "forward", "backward", "optimizer", "sync stall", "other", "not looked inside"}
+    assert 'class="median"' in text and 'class="noise-band"' in text and "p10-p90" in text
+    assert 'preserveAspectRatio="xMidYMid meet"' in text and "width: 100%" in text, "it scales with the page"
+
+
+def test_a_long_run_is_drawn_as_bins_of_steps_said_on_the_axis(tmp_path: Path) -> None:
+    from gpufly.profile.records import StepRecord
+    from gpufly.profile.render import MAX_BARS
+
+    text = _chart_page(tmp_path, [StepRecord(index=i, wall_s=0.001) for i in range(3 * MAX_BARS)])
+    assert 'data-bin="3"' in text and "each bar the mean of 3 steps" in text
+    assert len(_bar_heights(text)) == MAX_BARS
+
+
+def test_every_result_carries_its_receipt_noise_floor_and_overhead(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    page = tmp_path / "p.html"
+    result = cli("profile", "--json", "--html", str(page), str(SCRIPT), "--steps", "12")
+    assert result.code == 0, result.stderr
+    document = json.loads(result.stdout)
+    receipt = document["receipt"]
+    assert receipt["device"] == "cpu" and receipt["cpu"] and receipt["cpu_threads"] >= 1
+    assert receipt["torch"] and receipt["python"] and receipt["gpufly"] and receipt["batch_size"] == 32
+    assert receipt["steps"] == 12 and receipt["measured_steps"] == 9
+    noise = document["noise"]
+    assert noise["p10_step_s"] <= noise["median_step_s"] <= noise["p90_step_s"]
+    assert noise["median_low_s"] <= noise["median_step_s"] <= noise["median_high_s"]
+    overhead = document["overhead"]
+    assert overhead["per_step_s"] >= 0 and overhead["hook_calls"] > 0 and "timed inside" in overhead["how"]
     text = page.read_text()
-    bars = [(kind, float(h)) for kind, h in re.findall(r'<rect class="(step[^"]*)"[^>]*height="([\d.]+)"', text)]
-    waits = [float(h) for h in re.findall(r'<rect class="wait"[^>]*height="([\d.]+)"', text)]
-    measured = [h + w for (kind, h), w in zip(bars, waits, strict=True) if kind == "step"]
-    room = 220 - 20
-    assert max(measured) == pytest.approx(room), "the longest measured step fills the chart"
-    assert min(measured) == pytest.approx(room / 2), "a step half as long is half as tall"
-    assert bars[0][0] == "step warmup" and bars[0][1] + waits[0] == pytest.approx(room), "the warm-up bar is clipped"
-    assert text.count('class="clipped"') == 1 and "max 10.0 ms; ▲ longer, clipped" in text
+    assert "measured on CPU" in text and "noise floor" in text and "own cost" in text
+    assert "expected gain:" in text
+    plain = cli("profile", str(SCRIPT), "--steps", "12")
+    assert "measured on CPU" in plain.stdout and "noise floor:" in plain.stdout and "own cost:" in plain.stdout

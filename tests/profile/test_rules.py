@@ -103,7 +103,8 @@ def test_throttling_stays_quiet_below_its_share_of_samples() -> None:
 def test_sync_points_fire_from_one_per_step_and_name_the_calls() -> None:
     assert "sync_points" not in _rules(_run(syncs=0))
     finding = next(f for f in diagnose(_run(syncs=2)) if f.rule == "sync_points")
-    assert finding.seen.startswith("2.0 sync calls per step (.item() x40)")
+    assert finding.seen.startswith("2.0 sync calls per step over 17 sampled steps (.item() x40)")
+    assert finding.gain, "every finding says what it is worth"
     assert "on a GPU each one stalls" not in finding.why, "a GPU run: the stall is real, not a CPU caveat"
     cpu = next(f for f in diagnose(_run(syncs=1, settings=replace(H100, device="cpu"), util=None))
                if f.rule == "sync_points")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 import pytest
@@ -93,13 +94,15 @@ def test_syncs_are_counted_with_the_cpu_time_between_them() -> None:
     clock = FakeClock()
     steps = started(clock)
     clock.advance(0.003)
-    steps.count_sync()
+    steps.count_sync(clock(), 0.002)  # the host waited 2 ms in this one
+    clock.advance(0.003)
+    steps.count_sync(clock(), 0.0)
     clock.advance(0.001)
-    steps.count_sync()
-    clock.advance(0.001)
-    steps.count_sync()
+    steps.count_sync(clock(), 0.0)
     steps.end_step()
-    assert steps.steps[0].syncs == 3 and steps.steps[0].sync_gap_s == pytest.approx(0.001)
+    step = steps.steps[0]
+    assert step.syncs == 3 and step.sync_gap_s == pytest.approx(0.001), "gaps 3, 1, 1 ms: from each sync's return"
+    assert step.sync_wait_s == pytest.approx(0.002)
 
 
 def test_each_closed_step_gets_its_memory_and_tells_its_listeners() -> None:
@@ -136,3 +139,23 @@ def test_the_batch_size_is_the_leading_dimension_of_the_first_tensor() -> None:
     assert batch_size_of((Batch(), Batch())) == 8 and batch_size_of({"ids": Batch()}) == 8
     assert batch_size_of("text") is None and batch_size_of([]) is None
     assert StepRecord(index=0, wall_s=0.0).batch_size is None
+
+
+def test_only_detailed_steps_read_memory_and_the_listeners_hear_each_change_of_detail() -> None:
+    from gpufly.profile.sampling import DetailSchedule, Sampling
+
+    clock = FakeClock()
+    readings: list[int] = []
+    changes: list[bool] = []
+    schedule = DetailSchedule(Sampling(first=2, window=1, share=0.5), warmup=1)
+    steps = StepClock([], 1, clock, read_memory=lambda: len(readings) or readings.append(1) or 1, schedule=schedule)
+    steps.on_detail.append(changes.append)
+    steps.start()
+    for _ in range(40):
+        steps.end_step()
+    detailed = [s.detailed for s in steps.steps]
+    assert detailed[:3] == [True] * 3 and not all(detailed), "warm-up and the first 2 measured, then a sample"
+    assert all((s.memory_bytes is not None) == s.detailed for s in steps.steps)
+    seen = [*detailed, steps.current.detailed]  # the step now open was decided too
+    flips = sum(a != b for a, b in itertools.pairwise(seen))
+    assert changes[0] is True and len(changes) == flips + 1, "told once at the start, then at each change"

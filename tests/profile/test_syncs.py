@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from gpufly.profile.sampling import OwnTime
 from gpufly.profile.syncs import SyncCounter
 
 from .fakes import FakeClock
@@ -63,13 +64,15 @@ def fake_torch(clock: FakeClock) -> Any:
 
 
 def started(cuda: bool) -> tuple[SyncCounter, Any, list[str], list[tuple[float, bool]]]:
+    """A counter started and armed (as for a detailed step)."""
     clock = FakeClock()
     torch = fake_torch(clock)
     syncs: list[str] = []
     copies: list[tuple[float, bool]] = []
-    counter = SyncCounter(on_sync=lambda: syncs.append("sync"), on_copy=lambda s, b: copies.append((s, b)),
+    counter = SyncCounter(on_sync=lambda at, waited: syncs.append("sync"), on_copy=lambda s, b: copies.append((s, b)),
                           clock=clock)
     counter.start(torch, cuda)
+    counter.arm()
     return counter, torch, syncs, copies
 
 
@@ -82,7 +85,7 @@ def test_on_a_gpu_run_only_reads_of_gpu_tensors_wait() -> None:
     float(gpu)
     gpu.to("cpu")
     torch.cuda.synchronize()
-    counter.stop()
+    counter.disarm()
     assert dict(counter.calls) == {".item()": 1, ".cpu()": 1, "float(tensor)": 1, ".to(cpu)": 1,
                                    "torch.cuda.synchronize()": 1}
     assert len(syncs) == 5, "each one reported to the step clock"
@@ -93,7 +96,7 @@ def test_host_to_device_copies_are_timed_and_their_blocking_noted() -> None:
     host = torch.Tensor(False)
     host.cuda()
     host.to("cuda", non_blocking=True)
-    counter.stop()
+    counter.disarm()
     assert copies == [(pytest.approx(COPY_S), True), (pytest.approx(COPY_S), False)]
     assert syncs == [] and not counter.calls, "a copy to the device does not make the host wait"
 
@@ -105,7 +108,7 @@ def test_on_a_cpu_run_every_read_counts_and_copies_are_left_alone() -> None:
     host.tolist()
     host.cpu()  # .cpu()/.numpy() wait only for a GPU tensor
     int(host)
-    counter.stop()
+    counter.disarm()
     assert dict(counter.calls) == {".item()": 1, ".tolist()": 1, "int(tensor)": 1}
     assert torch.Tensor.to.__name__ == "to" and copies == []
 
@@ -115,9 +118,56 @@ def test_stopping_puts_back_every_original_and_removes_what_was_inherited() -> N
     torch = fake_torch(clock)
     before = dict(vars(torch.Tensor))
     synchronize = torch.cuda.synchronize
-    counter = SyncCounter(on_sync=lambda: None, on_copy=lambda s, b: None, clock=clock)
+    counter = SyncCounter(on_sync=lambda at, waited: None, on_copy=lambda s, b: None, clock=clock)
     counter.start(torch, cuda=True)
+    assert dict(vars(torch.Tensor)) == before, "nothing is wrapped until a detailed step arms the counter"
+    counter.arm()
     assert "__repr__" in vars(torch.Tensor), "an inherited method is wrapped on the class itself"
-    counter.stop()
+    counter.disarm()
     assert dict(vars(torch.Tensor)) == before and torch.cuda.synchronize is synchronize
     assert repr(torch.Tensor(False)).startswith("<")
+
+
+def test_a_sync_reports_when_it_was_called_and_how_long_the_host_waited_and_the_wrappers_time_themselves() -> None:
+    clock = FakeClock()
+    torch = fake_torch(clock)
+
+    def item(tensor: Any) -> float:
+        clock.advance(0.003)  # the device finishing its queue
+        return 1.0
+
+    torch.Tensor.item = item
+    heard: list[tuple[float, float]] = []
+    own = OwnTime(clock)
+    counter = SyncCounter(on_sync=lambda at, waited: heard.append((at, waited)), on_copy=lambda s, b: None,
+                          clock=clock, own=own)
+    counter.start(torch, cuda=True)
+    counter.arm()
+    clock.advance(1.0)
+    torch.Tensor(True).item()
+    counter.disarm()
+    torch.Tensor(True).item()  # disarmed: not counted
+    assert heard == [(1.0, pytest.approx(0.003))] and own.calls == 1 and own.spent_s == 0
+
+
+def test_a_ctrl_c_in_the_middle_of_putting_the_originals_back_leaves_the_rest_to_the_next_disarm() -> None:
+    """Windows open and close all through a run, so a Ctrl-C can land inside ``disarm``: the profiler's own stop
+    then finishes the job instead of deleting what was already put back."""
+    clock = FakeClock()
+    torch = fake_torch(clock)
+    before = dict(vars(torch.Tensor))
+    counter = SyncCounter(on_sync=lambda at, waited: None, on_copy=lambda s, b: None, clock=clock)
+    counter.start(torch, cuda=True)
+    counter.arm()
+
+    class Interrupting:
+        def __setattr__(self, name: str, value: Any) -> None:
+            raise KeyboardInterrupt
+
+    counter._patched.insert(3, (Interrupting(), "x", "original"))  # the 4th to go back is interrupted
+    with pytest.raises(KeyboardInterrupt):
+        counter.disarm()
+    assert isinstance(counter._patched[-1][0], Interrupting) and len(counter._patched) == 4, "the 3 after it are back"
+    counter._patched.pop()  # this fake owner would interrupt again
+    counter.disarm()
+    assert dict(vars(torch.Tensor)) == before and counter._patched == []

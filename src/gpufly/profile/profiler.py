@@ -6,9 +6,11 @@
             loss = ...
     prof.report()
 
-What it costs per step: a few clock readings, one memory reading, and a counter bump on each
-``.item()``-like call (those methods are wrapped only while the profiler is active). The step
-boundary is the end of ``with prof.step()`` (or the call of ``prof.step()`` used as a marker, or an
+What it costs per step: a few clock readings on every step; on a sample of the steps (``Sampling``: the
+warm-up, the first 8 measured, then about 1 in 16 in windows of 4), a memory reading, the model's forward
+hooks and a counter on each ``.item()``-like call (those methods are wrapped only during the sampled steps).
+The time spent in gpufly's own code is timed and reported with every result (``ProfileData.overhead``). The
+step boundary is the end of ``with prof.step()`` (or the call of ``prof.step()`` used as a marker, or an
 optimizer step, or, with none of those, the next fetch from the loader).
 
 The work is done by parts with one job each, composed here: ``StepClock`` (step boundaries and loader
@@ -25,9 +27,10 @@ from typing import Any
 
 from gpufly.profile.gpuwatch import GpuWatch
 from gpufly.profile.hooks import ModelHooks
-from gpufly.profile.readers import MemoryReader, read_torch_settings
-from gpufly.profile.records import LoopSettings, ProfileData
+from gpufly.profile.readers import MemoryReader, load_average, read_conditions, read_torch_settings
+from gpufly.profile.records import LoopSettings, Overhead, ProfileData
 from gpufly.profile.rules import Finding, diagnose
+from gpufly.profile.sampling import DEFAULT_SAMPLING, DetailSchedule, OwnTime, Sampling
 from gpufly.profile.steps import StepClock, StepContext
 from gpufly.profile.syncs import SyncCounter
 from gpufly.profile.trace import TraceWindow
@@ -37,26 +40,34 @@ class Profiler:
     """Measures a training or inference loop and says what holds it back.
 
     ``warmup`` steps are recorded but left out of the statistics (compilation, allocator growth,
-    cuDNN autotuning). ``trace_steps`` opens a short ``torch.profiler`` window after warm-up and keeps
-    its summary. ``nvml_interval`` samples the GPU in the background when one is in use. ``clock``
-    times everything (a fake one in tests).
+    cuDNN autotuning). ``sampling`` says which steps are looked inside (syncs, copies, forward/backward,
+    memory). ``trace_steps`` opens a short ``torch.profiler`` window after warm-up and keeps its summary.
+    ``nvml_interval`` samples the GPU in the background when one is in use. ``clock`` times everything
+    (a fake one in tests).
     """
 
     def __init__(self, warmup: int = 3, trace_steps: int = 0, nvml_interval: float | None = 0.5,
-                 device: str | None = None, *, clock: Callable[[], float] = time.perf_counter) -> None:
+                 device: str | None = None, *, sampling: Sampling = DEFAULT_SAMPLING,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         if warmup < 0:
             raise ValueError("warmup must be zero or more")
         self.warmup = warmup
         self.trace_steps = trace_steps
         self.nvml_interval = nvml_interval
         self.data = ProfileData(settings=LoopSettings(device=device or "cpu"))
+        self.own = OwnTime(clock)
         self.memory = MemoryReader()
-        self.steps = StepClock(self.data.steps, warmup, clock, read_memory=self.memory.read)
-        self.syncs = SyncCounter(on_sync=self.steps.count_sync, on_copy=self._copied, clock=clock)
-        self.hooks = ModelHooks(self.steps, self.data.settings, device_given=device is not None, clock=clock)
+        self.steps = StepClock(self.data.steps, warmup, clock, read_memory=self.memory.read,
+                               schedule=DetailSchedule(sampling, warmup), own=self.own)
+        self.syncs = SyncCounter(on_sync=self.steps.count_sync, on_copy=self._copied, clock=clock, own=self.own)
+        self.hooks = ModelHooks(self.steps, self.data.settings, device_given=device is not None, clock=clock,
+                                own=self.own)
         self.trace = TraceWindow(trace_steps, warmup, clock)
-        self.steps.on_step.append(self.trace.advance)
+        if trace_steps:
+            self.steps.on_step.append(self.trace.advance)
+        self.steps.on_detail.append(self._detail)
         self.gpu: GpuWatch | None = None
+        self._context = StepContext(self.steps)
         self._device_given = device is not None
         self._active = False
 
@@ -67,17 +78,19 @@ class Profiler:
         return self.timed(iterable, lambda: iter(iterable))
 
     def timed(self, source: Any, make_iterator: Callable[[], Iterator[Any]]) -> Iterator[Any]:
-        """The batches of ``make_iterator()``, timed as ``source``'s (whose settings are read once started)."""
+        """The batches of ``make_iterator()``, timed as ``source``'s (whose settings are read now). The step clock's
+        generator itself, not one wrapped in another: each layer costs every batch."""
         self.start()
         state = self.steps.track_loader(source)
         self._apply_loader_settings()
-        yield from self.steps.iterate(state, make_iterator())
+        return self.steps.iterate(state, make_iterator())
 
     def step(self) -> StepContext:
         """Use as ``with prof.step():`` around the step's work, or call ``prof.step()`` at the end of each step."""
-        self.start()
+        if not self._active:
+            self.start()
         self.steps.mark()
-        return StepContext(self.steps)
+        return self._context
 
     def watch(self, model: Any = None, optimizer: Any = None) -> Profiler:
         """Optional: hook the model (forward time, dtype, autocast) and the optimizer (its step time)."""
@@ -97,6 +110,7 @@ class Profiler:
             self._stop()
         self._apply_loader_settings()
         self.data.sync_calls = dict(self.syncs.calls)
+        self.data.overhead = Overhead.of(self.data.steps, hook_calls=self.own.calls, spent_s=self.own.spent_s)
         return self.data
 
     def findings(self) -> list[Finding]:
@@ -137,15 +151,28 @@ class Profiler:
         self.memory.open(cuda)
         self.hooks.cuda = self.trace.cuda = cuda
         read_torch_settings(settings, torch, cuda)
+        self.data.conditions = read_conditions()
         self.syncs.start(torch, cuda)
         if cuda and self.nvml_interval:
             self._start_gpu_watch(self.nvml_interval)
         self.steps.start()
 
+    def _detail(self, detailed: bool) -> None:
+        """The steps from now on are looked inside (wrappers and forward hooks on), or no longer are."""
+        if detailed:
+            self.syncs.arm()
+            self.hooks.arm()
+            self.memory.arm()
+        else:
+            self.syncs.disarm()
+            self.hooks.disarm()
+
     def _stop(self) -> None:
         self._active = False
-        self.syncs.stop()
-        self.hooks.remove()
+        self.syncs.disarm()
+        self.hooks.disarm()
+        if self.data.conditions is not None:
+            self.data.conditions.load_average_end = load_average()
         self.trace.close(len(self.data.steps))
         self.data.trace = self.trace.summary
         self.memory.close()

@@ -1,18 +1,27 @@
-"""What the profiler reads rather than times: torch's settings once at the start, memory at each step's end."""
+"""What the profiler reads rather than times: torch's settings, versions and the machine's load at the start,
+memory at each detailed step's end."""
 
 from __future__ import annotations
 
 import os
+import platform
 from typing import Any
 
-from gpufly.profile.records import LoopSettings
+from gpufly import __version__
+from gpufly.profile.records import Conditions, LoopSettings
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def read_torch_settings(settings: LoopSettings, torch: Any, cuda: bool) -> None:
     """Fill in the torch version, TF32 and cuDNN flags, and on a GPU run the device's name, capability and memory."""
+    from gpufly.hw import probe_host
+
     settings.torch_version = torch.__version__
+    settings.python_version = platform.python_version()
+    settings.gpufly_version = __version__
+    settings.cpu_name = probe_host().cpu_model
+    settings.cpu_threads = int(torch.get_num_threads())
     settings.tf32_matmul = tf32_allowed(torch.backends.cuda.matmul, torch.backends.cuda.matmul)
     settings.tf32_cudnn = tf32_allowed(getattr(torch.backends.cudnn, "conv", None), torch.backends.cudnn)
     settings.cudnn_benchmark = bool(torch.backends.cudnn.benchmark)
@@ -33,6 +42,19 @@ def tf32_allowed(precision_holder: Any, legacy_holder: Any) -> bool:
         return bool(legacy_holder.allow_tf32)
     except RuntimeError:
         return False
+
+
+def load_average() -> float | None:
+    """The 1-minute load average, or None where the OS has none."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def read_conditions() -> Conditions:
+    """The machine's state as the loop starts (the end's load is added when it stops)."""
+    return Conditions(load_average_start=load_average(), cpu_count=os.cpu_count())
 
 
 class MemoryReader:
@@ -56,6 +78,13 @@ class MemoryReader:
         except OSError:
             self._statm = None
         if cuda:
+            import torch
+
+            torch.cuda.reset_peak_memory_stats()
+
+    def arm(self) -> None:
+        """Detailed steps begin again: the next GPU peak is this step's, not the unwatched steps' before it."""
+        if self.cuda:
             import torch
 
             torch.cuda.reset_peak_memory_stats()

@@ -20,6 +20,10 @@ from gpufly.records import from_dict as typed_from_dict
 
 SCHEMA_VERSION = 1
 
+DETAILED_ONLY = frozenset({"forward_s", "backward_s", "optimizer_s", "h2d_s", "syncs", "sync_gap_s", "sync_wait_s",
+                           "memory_bytes"})
+"""What only the detailed (sampled) steps measure; ``wall_s``, ``data_wait_s`` and ``batch_size`` every step has."""
+
 
 def _seconds(value: float) -> None:
     if not (math.isfinite(value) and value >= 0):
@@ -38,7 +42,7 @@ SECONDS = checked(_seconds)
 COUNT = checked(_count)
 
 
-@dataclass
+@dataclass(slots=True)
 class StepRecord:
     """One step: from the end of the previous step (or the first fetch) to the end of this one."""
 
@@ -62,6 +66,14 @@ class StepRecord:
     """Peak GPU memory allocated during the step (CUDA), or the process RSS at its end (CPU)."""
     batch_size: int | None = field(default=None, metadata=COUNT)
     warmup: bool = False
+    detailed: bool = True
+    """Whether this step was one the profiler looked inside (forward/backward/optimizer time, syncs, copies,
+    memory): it does so on a sample of the steps, to stay cheap. Files written before sampling had every step
+    detailed."""
+    sync_wait_s: float | None = field(default=None, metadata=SECONDS)
+    """Time spent inside the sync calls themselves: on a GPU, the host waiting for the device (the stall)."""
+    own_s: float | None = field(default=None, metadata=SECONDS)
+    """Time the step spent in gpufly's own code (hooks, wrappers, bookkeeping), timed inside it."""
 
 
 @dataclass
@@ -89,6 +101,11 @@ class LoopSettings:
     non_blocking_copies: bool | None = None
     has_conv: bool | None = None
     torch_version: str | None = None
+    python_version: str | None = None
+    gpufly_version: str | None = None
+    cpu_name: str | None = None
+    cpu_threads: int | None = None
+    """torch's intra-op threads: a CPU loop's speed depends on them."""
 
     @property
     def tensor_cores(self) -> bool:
@@ -133,6 +150,90 @@ class TraceSummary:
         return self.kernels / self.steps if self.steps else 0.0
 
 
+@dataclass(frozen=True)
+class StepNoise:
+    """How much the step time moves from step to step: the median with its 95% interval, and the 10th-90th
+    percentile band. Two runs whose medians differ by less than ``spread`` are not told apart by one step each."""
+
+    steps: int
+    median_s: float
+    p10_s: float
+    p90_s: float
+    median_low_s: float | None
+    """The 95% interval of the median, from order statistics (None under 6 steps)..."""
+    median_high_s: float | None
+
+    @property
+    def spread(self) -> float:
+        """(p90 - p10) / median."""
+        return (self.p90_s - self.p10_s) / self.median_s if self.median_s > 0 else 0.0
+
+    @classmethod
+    def of(cls, times: list[float]) -> StepNoise | None:
+        """>>> StepNoise.of([0.010, 0.011, 0.009, 0.010, 0.012, 0.010]).p90_s
+        0.012
+        """
+        if not times:
+            return None
+        ordered = sorted(times)
+        n = len(ordered)
+        low = high = None
+        if n >= 6:  # the binomial interval of the median, normal approximation: ranks n/2 -+ 1.96 sqrt(n)/2
+            half = 0.98 * math.sqrt(n)
+            low = ordered[max(0, math.floor(n / 2 - half) - 1)]
+            high = ordered[min(n - 1, math.ceil(n / 2 + 1 + half) - 1)]
+        return cls(steps=n, median_s=statistics.median(ordered), p10_s=_quantile(ordered, 0.1),
+                   p90_s=_quantile(ordered, 0.9), median_low_s=low, median_high_s=high)
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    """The nearest-rank quantile of sorted values."""
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+@dataclass
+class Overhead:
+    """What gpufly's own instrumentation cost this run, timed inside its hooks and wrappers.
+
+    A lower bound on the true cost: the calls into the hooks (and the module's slower call path while a forward
+    hook is on) happen before a hook can read the clock. ``benchmarks/profile_overhead.py`` sets it against the
+    cost measured from outside.
+    """
+
+    spent_s: float = field(metadata=SECONDS)
+    """Total time inside gpufly's hooks, wrappers and step bookkeeping, as timed (preemptions included)."""
+    steps: int = field(metadata=COUNT)
+    hook_calls: int = field(metadata=COUNT)
+    """Entries into gpufly's code from the loop (each timed)."""
+    detailed_steps: int = field(default=0, metadata=COUNT)
+    per_step_s: float | None = field(default=None, metadata=SECONDS)
+    """The cost per step: the median over the steady (not detailed) steps, plus the whole of what the detailed
+    steps and the step after each window (which puts the wrappers back) spent, over all steps. The median keeps
+    a preemption of the process (milliseconds, on a busy machine) that happened to land in gpufly's code from
+    counting as its cost; the detailed steps' costs, rare and uneven, are counted whole."""
+
+    @classmethod
+    def of(cls, steps: list[StepRecord], hook_calls: int, spent_s: float) -> Overhead:
+        timed = [s for s in steps if s.own_s is not None]
+        touched = {i for i, s in enumerate(timed) if s.detailed or (i > 0 and timed[i - 1].detailed)}
+        steady = [s.own_s or 0.0 for i, s in enumerate(timed) if i not in touched]
+        total = sum(timed[i].own_s or 0.0 for i in touched) + (statistics.median(steady) * len(steady) if steady
+                                                                    else 0.0)
+        return cls(spent_s=spent_s, steps=len(steps), hook_calls=hook_calls,
+                   detailed_steps=sum(s.detailed for s in steps), per_step_s=total / len(timed) if timed else None)
+
+
+@dataclass
+class Conditions:
+    """What could have disturbed the timings: the machine's load at the start and the end of the run."""
+
+    load_average_start: float | None = None
+    """The 1-minute load average (runnable processes) as the loop started..."""
+    load_average_end: float | None = None
+    """...and as it finished; above the CPU count, the loop shared the CPUs."""
+    cpu_count: int | None = None
+
+
 @dataclass
 class ProfileData:
     """Everything one profiled run produced; ``crash`` holds the error when the loop died."""
@@ -145,6 +246,8 @@ class ProfileData:
     crash: str | None = None
     exit_code: int | None = None
     command: str | None = None
+    overhead: Overhead | None = None
+    conditions: Conditions | None = None
 
     @property
     def measured(self) -> list[StepRecord]:
@@ -152,18 +255,36 @@ class ProfileData:
         kept = [s for s in self.steps if not s.warmup]
         return kept or list(self.steps)
 
+    @property
+    def detailed(self) -> list[StepRecord]:
+        """The measured steps the profiler looked inside (syncs, copies, forward/backward/optimizer, memory)."""
+        return [s for s in self.measured if s.detailed]
+
+    def steps_for(self, attribute: str) -> list[StepRecord]:
+        """The measured steps where ``attribute`` was measured: the detailed ones for what only they measure."""
+        return self.detailed if attribute in DETAILED_ONLY else self.measured
+
     def median(self, attribute: str) -> float | None:
-        values = [getattr(s, attribute) for s in self.measured if getattr(s, attribute) is not None]
+        values = [getattr(s, attribute) for s in self.steps_for(attribute) if getattr(s, attribute) is not None]
         return statistics.median(values) if values else None
 
     def share(self, attribute: str) -> float | None:
-        """Total of ``attribute`` over total wall time, over the measured steps."""
-        steps = self.measured
+        """Total of ``attribute`` over total wall time, over the steps that measured it (all of them seen)."""
+        steps = self.steps_for(attribute)
         wall = sum(s.wall_s for s in steps)
         values = [getattr(s, attribute) for s in steps]
         if not wall or any(v is None for v in values):
             return None
         return sum(values) / wall
+
+    def per_step(self, attribute: str) -> float | None:
+        """The mean of a count (``syncs``) over the steps that counted it."""
+        steps = self.steps_for(attribute)
+        return sum(getattr(s, attribute) for s in steps) / len(steps) if steps else None
+
+    def noise(self) -> StepNoise | None:
+        """The spread of the measured steps' wall times: the noise floor any comparison must clear."""
+        return StepNoise.of([s.wall_s for s in self.measured])
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

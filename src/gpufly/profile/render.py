@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import html
 import json
+import math
+import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import asdict
@@ -12,8 +14,18 @@ from typing import Any
 
 from gpufly.errors import GpuflyError
 from gpufly.jsonfile import write_json_atomic, write_text_atomic
-from gpufly.palette import BLUE, BLUISH_GREEN, NEUTRAL, ORANGE, SKY_BLUE, VERMILLION
-from gpufly.profile.records import ProfileData
+from gpufly.palette import (
+    BLUE,
+    BLUISH_GREEN,
+    NEUTRAL,
+    ORANGE,
+    REDDISH_PURPLE,
+    SKY_BLUE,
+    UNKNOWN_COLOUR,
+    VERMILLION,
+    text_colour_on,
+)
+from gpufly.profile.records import Conditions, ProfileData
 from gpufly.profile.rules import Finding
 
 PARTS: tuple[tuple[str, str, str], ...] = (
@@ -22,8 +34,13 @@ PARTS: tuple[tuple[str, str, str], ...] = (
     ("forward_s", "forward", SKY_BLUE),
     ("backward_s", "backward", BLUE),
     ("optimizer_s", "optimizer", BLUISH_GREEN),
+    ("sync_wait_s", "sync stall", REDDISH_PURPLE),
 )
-"""The step's parts, in the order a step runs; what is left is "other" (Python work, logging, the loss)."""
+"""The step's parts, in the order a step runs; what is left is "other" (Python work, logging, the loss). A sync
+made inside the model's forward pass counts in both "forward" and "sync stall"."""
+
+NOT_BROKEN_DOWN = ("not looked inside", UNKNOWN_COLOUR)
+"""A step outside the sampled (detailed) ones: its wall time and data wait are measured, its parts are not."""
 
 
 def breakdown(data: ProfileData) -> list[tuple[str, float, str]]:
@@ -39,6 +56,42 @@ def breakdown(data: ProfileData) -> list[tuple[str, float, str]]:
     return parts
 
 
+def receipt(data: ProfileData) -> dict[str, Any]:
+    """What the figures were measured on and with: the device, the versions, the steps, the batch."""
+    s = data.settings
+    batches = [step.batch_size for step in data.measured if step.batch_size is not None]
+    return {
+        "device": s.gpu_name or s.device, "cpu": s.cpu_name, "cpu_threads": s.cpu_threads,
+        "torch": s.torch_version, "python": s.python_version, "gpufly": s.gpufly_version,
+        "steps": len(data.steps), "measured_steps": len(data.measured), "detailed_steps": len(data.detailed),
+        "batch_size": s.batch_size or (statistics.median(batches) if batches else None),
+    }
+
+
+def noise_floor(data: ProfileData) -> dict[str, Any] | None:
+    """The spread of the measured steps (the noise any comparison must clear) and the machine's load."""
+    noise = data.noise()
+    if noise is None:
+        return None
+    conditions = data.conditions or Conditions()
+    return {"median_step_s": noise.median_s, "median_low_s": noise.median_low_s, "median_high_s": noise.median_high_s,
+            "p10_step_s": noise.p10_s, "p90_step_s": noise.p90_s, "spread": noise.spread,
+            "load_average_start": conditions.load_average_start, "load_average_end": conditions.load_average_end,
+            "cpu_count": conditions.cpu_count}
+
+
+def own_cost(data: ProfileData) -> dict[str, Any] | None:
+    """gpufly's own time in the loop, per step and as a share of the median step."""
+    overhead = data.overhead
+    median = data.median("wall_s")
+    if overhead is None or overhead.per_step_s is None:
+        return None
+    return {"per_step_s": overhead.per_step_s, "share_of_median_step": overhead.per_step_s / median if median else None,
+            "spent_s": overhead.spent_s, "hook_calls": overhead.hook_calls, "steps": overhead.steps,
+            "detailed_steps": overhead.detailed_steps,
+            "how": "timed inside gpufly's hooks and wrappers (a lower bound: the calls into them are not timed)"}
+
+
 def summary(data: ProfileData, findings: list[Finding]) -> dict[str, Any]:
     """The figures the views show, as one dict (also the `--json` document, with the raw steps)."""
     steps = data.measured
@@ -52,12 +105,50 @@ def summary(data: ProfileData, findings: list[Finding]) -> dict[str, Any]:
         "median_step_s": data.median("wall_s"),
         "samples_per_s": samples / wall if samples and wall else None,
         "breakdown": {label: share for label, share, _ in breakdown(data)},
-        "syncs_per_step": sum(s.syncs for s in steps) / len(steps) if steps else None,
+        "syncs_per_step": data.per_step("syncs"),
+        "receipt": receipt(data),
+        "noise": noise_floor(data),
+        "overhead": own_cost(data),
         "settings": asdict(data.settings),
         "findings": [asdict(f) for f in findings],
         "crash": data.crash,
         "exit_code": data.exit_code,
     }
+
+
+def receipt_lines(facts: dict[str, Any]) -> list[str]:
+    """The receipt, the noise floor and gpufly's own cost, one line each, as the text and the page show them."""
+    r = facts["receipt"]
+    device = r["device"] if r["device"] != "cpu" else f"CPU ({r['cpu'] or 'unknown'}, {r['cpu_threads']} threads)"
+    lines = [f"measured on {device}; torch {r['torch']}, Python {r['python']}, gpufly {r['gpufly']}; "
+             f"{r['steps']} steps ({r['measured_steps']} measured, {r['detailed_steps']} of them looked inside); "
+             f"batch {_shown(r['batch_size'])}"]
+    noise = facts["noise"]
+    if noise is not None:
+        interval = (f", median {_ms(noise['median_step_s'])} [95%: {_ms(noise['median_low_s'])}-"
+                    f"{_ms(noise['median_high_s'])}]" if noise["median_low_s"] is not None else "")
+        load = ""
+        if noise["load_average_start"] is not None:
+            load = (f"; load average {noise['load_average_start']} -> {_shown(noise['load_average_end'])} on "
+                    f"{noise['cpu_count']} CPUs")
+        lines.append(f"noise floor: steps {_ms(noise['p10_step_s'])}-{_ms(noise['p90_step_s'])} (p10-p90, "
+                     f"{100 * noise['spread']:.0f}% of the median){interval}{load}")
+    cost = facts["overhead"]
+    if cost is not None:
+        share = cost["share_of_median_step"]
+        lines.append(f"gpufly's own cost: {1e6 * cost['per_step_s']:.1f} µs per step"
+                     + (f" ({100 * share:.2f}% of the median step)" if share is not None else "")
+                     + f", {cost['how']}; syncs, copies, forward/backward and memory looked at on "
+                     f"{cost['detailed_steps']} of {cost['steps']} steps")
+    return lines
+
+
+def _ms(seconds: float | None) -> str:
+    return "N/A" if seconds is None else f"{1000 * seconds:.3g} ms"
+
+
+def _shown(value: Any) -> str:
+    return "unknown" if value is None else str(value)
 
 
 def emit(data: ProfileData, as_json: bool = False, html: str | Path | None = None, save: str | Path | None = None,
@@ -120,6 +211,8 @@ def print_report(data: ProfileData, findings: list[Finding], width: int = 60) ->
         legend.append(f"{label} {100 * share:.0f}%   ")
     console.print(bar)
     console.print(legend)
+    for line in receipt_lines(facts):
+        console.print(line, markup=False, style="dim")
     console.print(f"settings: dtype {s.model_dtype or 'N/A'}, autocast {s.autocast or 'off'}, batch {s.batch_size}, "
                   f"workers {s.num_workers}, pin_memory {s.pin_memory}, TF32 {s.tf32_matmul}, "
                   f"cudnn.benchmark {s.cudnn_benchmark}, compiled {s.compiled}, channels_last {s.channels_last}",
@@ -135,73 +228,190 @@ def print_report(data: ProfileData, findings: list[Finding], width: int = 60) ->
         console.print(Text(f"   seen:   {finding.seen}"))
         console.print(Text(f"   why:    {finding.why}"))
         console.print(Text(f"   change: {finding.change}", style="cyan"))
-        if finding.gain:
-            console.print(Text(f"   gain:   {finding.gain}"))
+        console.print(Text(f"   gain:   {finding.gain or NO_GAIN}"))
+
+
+NO_GAIN = "not estimated from these measurements"
 
 
 def write_html(path: Path, data: ProfileData, findings: list[Finding]) -> None:
-    """One self-contained page: the step-time chart (data wait against the rest), the breakdown, the findings."""
+    """One self-contained page: the receipt, the step-time chart with each step's parts, the breakdown, the
+    findings with their expected gain."""
     facts = summary(data, findings)
     write_text_atomic(path, _page(data, findings, facts))
 
 
-def _step_chart(data: ProfileData, width: int = 900, height: int = 220) -> str:
-    """Bars scaled to the measured steps: a warm-up step (compilation, worker start) can be 100x longer, and scaled
-    to it every measured bar would be a pixel high. Taller warm-up bars are clipped and marked with a triangle."""
+CHART_W, CHART_H = 1000, 320
+MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 64, 12, 14, 44
+MAX_BARS = 500
+"""Past this many steps, each bar is the mean of consecutive steps (said on the axis)."""
+
+
+def _nice_step(span: float, ticks: int = 5) -> float:
+    """A round tick interval (1, 2 or 5 x 10^k) giving about ``ticks`` ticks over ``span``."""
+    raw = span / ticks if span > 0 else 1.0
+    power = 10 ** math.floor(math.log10(raw))
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+
+
+def _y_axis(data: ProfileData) -> tuple[float, float]:
+    """The tick interval and the top of the y axis (ms): the longest measured step, rounded up to a tick."""
+    top_s = max(s.wall_s for s in data.measured) or 1.0
+    tick_ms = _nice_step(1000 * top_s)
+    return tick_ms, math.ceil(1000 * top_s / tick_ms) * tick_ms
+
+
+def _bins(steps: list[Any]) -> tuple[int, list[list[Any]]]:
+    size = max(1, math.ceil(len(steps) / MAX_BARS))
+    return size, [steps[i:i + size] for i in range(0, len(steps), size)]
+
+
+def _stack(group: list[Any]) -> list[tuple[str, float, str]]:
+    """The parts of a bar (mean over its steps), bottom up: measured parts, then the rest."""
+    wall = statistics.fmean(s.wall_s for s in group)
+    layers = [("data wait", statistics.fmean(s.data_wait_s for s in group), VERMILLION)]
+    if all(s.detailed for s in group):
+        for attribute, label, colour in PARTS[1:]:
+            values = [getattr(s, attribute) for s in group]
+            if all(v is not None for v in values) and any(values):
+                layers.append((label, statistics.fmean(values), colour))
+        rest = ("other", NEUTRAL)
+    else:
+        rest = NOT_BROKEN_DOWN
+    layers.append((rest[0], max(0.0, wall - sum(v for _, v, _ in layers)), rest[1]))
+    return layers
+
+
+def _step_chart(data: ProfileData) -> str:
+    """Each step's time (y, ms) by step number (x), stacked by its parts, with the median and the p10-p90 band.
+
+    Scaled to the measured steps: a warm-up step (compilation, worker start) can be 100x longer, and scaled to it
+    every measured bar would be a pixel high. Taller warm-up bars are clipped and marked with a triangle."""
     steps = data.steps
     if not steps:
         return "<p>No step measured.</p>"
-    top = max(s.wall_s for s in data.measured) or 1.0
-    room = height - 20
-    bar_w = width / len(steps)
-    rects = []
-    for i, step in enumerate(steps):
-        x = i * bar_w
-        clipped = step.wall_s > top
-        total_h = min(step.wall_s, top) / top * room
-        wait_h = min(step.data_wait_s, step.wall_s, top) / top * room
-        opacity = "0.45" if step.warmup else "1"
-        kind = "step warmup" if step.warmup else "step"
-        tip = f"<title>step {step.index}: {1000 * step.wall_s:.1f} ms{' (warm-up)' if step.warmup else ''}</title>"
-        rects.append(f'<rect class="{kind}" x="{x:.2f}" y="{height - total_h:.2f}" width="{max(bar_w - 1, 0.5):.2f}" '
-                     f'height="{total_h - wait_h:.2f}" fill="{SKY_BLUE}" opacity="{opacity}">{tip}</rect>')
-        rects.append(f'<rect class="wait" x="{x:.2f}" y="{height - wait_h:.2f}" width="{max(bar_w - 1, 0.5):.2f}" '
-                     f'height="{wait_h:.2f}" fill="{VERMILLION}" opacity="{opacity}"/>')
-        if clipped:
-            middle, tip_y = x + bar_w / 2, height - room
-            rects.append(f'<polygon class="clipped" points="{middle - 4:.2f},{tip_y + 6:.2f} {middle + 4:.2f},'
-                         f'{tip_y + 6:.2f} {middle:.2f},{tip_y - 2:.2f}" fill="{ORANGE}">{tip}</polygon>')
-    clipped_note = "; ▲ longer, clipped" if any(s.wall_s > top for s in steps) else ""
-    label = f'<text x="4" y="14" fill="#8a96a3" font-size="12">max {1000 * top:.1f} ms{clipped_note}</text>'
-    return (f'<svg id="steps" viewBox="0 0 {width} {height}" width="100%" height="{height}" '
-            f'data-steps="{len(steps)}" data-scale-ms="{1000 * top:.3f}">{label}{"".join(rects)}</svg>')
+    tick_ms, top_ms = _y_axis(data)
+    plot_w = CHART_W - MARGIN_LEFT - MARGIN_RIGHT
+    plot_h = CHART_H - MARGIN_TOP - MARGIN_BOTTOM
+    base = MARGIN_TOP + plot_h
+
+    def y(seconds: float) -> float:
+        return base - min(1000 * seconds, top_ms) / top_ms * plot_h
+
+    size, groups = _bins(steps)
+    bar_w = plot_w / len(groups)
+    shapes = []
+    for i, group in enumerate(groups):
+        x = MARGIN_LEFT + i * bar_w
+        wall = statistics.fmean(s.wall_s for s in group)
+        warm = all(s.warmup for s in group)
+        first, last = group[0].index, group[-1].index
+        name = f"step {first}" if size == 1 else f"steps {first}-{last} (mean)"
+        tip = f"{name}: {1000 * wall:.3g} ms" + (" (warm-up)" if warm else "")
+        bottom = 0.0
+        kind = "step warmup" if warm else "step"
+        faded = ' opacity="0.45"' if warm else ""
+        for label, seconds, colour in _stack(group):
+            if seconds <= 0:
+                continue
+            y0, y1 = y(bottom), y(bottom + seconds)
+            bottom += seconds
+            if y0 - y1 <= 0:
+                continue
+            shapes.append(f'<rect class="{kind}" data-part="{html.escape(label)}" x="{x:.2f}" y="{y1:.2f}" '
+                          f'width="{max(bar_w - 0.6, 0.4):.2f}" height="{y0 - y1:.2f}" fill="{colour}"'
+                          f'{faded}><title>{html.escape(tip)}; {html.escape(label)} '
+                          f'{1000 * seconds:.3g} ms</title></rect>')
+        if wall > top_ms / 1000:
+            middle, tip_y = x + bar_w / 2, MARGIN_TOP
+            shapes.append(f'<polygon class="clipped" points="{middle - 4:.2f},{tip_y + 8:.2f} {middle + 4:.2f},'
+                          f'{tip_y + 8:.2f} {middle:.2f},{tip_y:.2f}" fill="{ORANGE}"><title>{html.escape(tip)}'
+                          f'</title></polygon>')
+    axes = [f'<line x1="{MARGIN_LEFT}" y1="{base}" x2="{CHART_W - MARGIN_RIGHT}" y2="{base}" stroke="#8a96a3"/>',
+            f'<line x1="{MARGIN_LEFT}" y1="{MARGIN_TOP}" x2="{MARGIN_LEFT}" y2="{base}" stroke="#8a96a3"/>']
+    tick = 0.0
+    while tick <= top_ms + 1e-9:
+        ty = y(tick / 1000)
+        axes.append(f'<line x1="{MARGIN_LEFT - 4}" y1="{ty:.2f}" x2="{CHART_W - MARGIN_RIGHT}" y2="{ty:.2f}" '
+                    f'stroke="#2a333d"/><text class="ytick" x="{MARGIN_LEFT - 6}" y="{ty + 4:.2f}" '
+                    f'text-anchor="end">{tick:g}</text>')
+        tick += tick_ms
+    index_step = _nice_step(steps[-1].index - steps[0].index + 1, ticks=8)
+    first_index = steps[0].index
+    tick_index = math.ceil(first_index / index_step) * index_step
+    while tick_index <= steps[-1].index:
+        tx = MARGIN_LEFT + (tick_index - first_index + 0.5) / len(steps) * plot_w
+        axes.append(f'<line x1="{tx:.2f}" y1="{base}" x2="{tx:.2f}" y2="{base + 4}" stroke="#8a96a3"/>'
+                    f'<text class="xtick" x="{tx:.2f}" y="{base + 17}" text-anchor="middle">{tick_index:g}</text>')
+        tick_index += index_step
+    per_bar = "" if size == 1 else f"; each bar the mean of {size} steps"
+    axes.append(f'<text class="axis-label" x="{MARGIN_LEFT + plot_w / 2:.0f}" y="{CHART_H - 6}" '
+                f'text-anchor="middle">step number{per_bar}</text>')
+    axes.append(f'<text class="axis-label" transform="rotate(-90)" x="{-(MARGIN_TOP + plot_h / 2):.0f}" y="16" '
+                f'text-anchor="middle">step time (ms)</text>')
+    noise = data.noise()
+    if noise is not None:
+        band_top, band_bottom = y(noise.p90_s), y(noise.p10_s)
+        axes.append(f'<rect class="noise-band" x="{MARGIN_LEFT}" y="{band_top:.2f}" width="{plot_w}" '
+                    f'height="{max(band_bottom - band_top, 0.5):.2f}" fill="#ffffff" opacity="0.08">'
+                    f'<title>p10-p90 of the measured steps: {1000 * noise.p10_s:.3g}-{1000 * noise.p90_s:.3g} ms'
+                    f'</title></rect>')
+        axes.append(f'<line class="median" x1="{MARGIN_LEFT}" y1="{y(noise.median_s):.2f}" '
+                    f'x2="{CHART_W - MARGIN_RIGHT}" y2="{y(noise.median_s):.2f}" stroke="#ffffff" '
+                    f'stroke-dasharray="5 4"><title>median {1000 * noise.median_s:.3g} ms</title></line>')
+    return (f'<svg id="steps" viewBox="0 0 {CHART_W} {CHART_H}" preserveAspectRatio="xMidYMid meet" '
+            f'data-steps="{len(steps)}" data-scale-ms="{top_ms:g}" data-bin="{size}" role="img" '
+            f'aria-label="step time in ms by step number">{"".join(axes)}{"".join(shapes)}</svg>')
+
+
+def _legend(data: ProfileData) -> str:
+    seen = {label for label, _, _ in breakdown(data)} | {"data wait"}
+    entries = [(label, colour) for _, label, colour in PARTS if label in seen] + [("other", NEUTRAL)]
+    if any(not s.detailed for s in data.steps):
+        entries.append(NOT_BROKEN_DOWN)
+    items = "".join(f'<span><i style="background:{colour}"></i>{html.escape(label)}</span>'
+                    for label, colour in entries)
+    clipped = bool(data.steps) and any(1000 * s.wall_s > _y_axis(data)[1] for s in data.steps)
+    extra = "<span>▲ longer than the axis, clipped</span>" if clipped else ""
+    return (f'<div class="legend">{items}<span>- - median, light band: p10-p90 (noise floor)</span>'
+            f'<span>faded: warm-up</span>{extra}</div>')
 
 
 def _page(data: ProfileData, findings: list[Finding], facts: dict[str, Any]) -> str:
-    parts = "".join(f'<span style="flex:{share:.4f};background:{colour}" title="{html.escape(label)}">'
-                    f'{html.escape(label)} {100 * share:.0f}%</span>' for label, share, colour in breakdown(data))
+    parts = "".join(f'<span style="flex:{share:.4f};background:{colour};color:{text_colour_on(colour)}" '
+                    f'title="{html.escape(label)}">{html.escape(label)} {100 * share:.0f}%</span>'
+                    for label, share, colour in breakdown(data))
     items = "".join(
         f"<li><b>{html.escape(f.title)}</b><br>seen: {html.escape(f.seen)}<br>why: {html.escape(f.why)}<br>"
-        f"<code>{html.escape(f.change)}</code>" + (f"<br>gain: {html.escape(f.gain)}" if f.gain else "") + "</li>"
+        f"change: <code>{html.escape(f.change)}</code><br><span class=\"gain\">expected gain: "
+        f"{html.escape(f.gain or NO_GAIN)}</span></li>"
         for f in findings) or "<li>No finding.</li>"
     median = facts["median_step_s"]
     crash = f"<p class='crash'>The loop stopped: {html.escape(data.crash)}</p>" if data.crash else ""
+    receipt_items = "".join(f"<li>{html.escape(line)}</li>" for line in receipt_lines(facts))
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>gpufly profile</title>
 <style>
-body {{ font: 14px/1.45 system-ui, sans-serif; background: #0f1419; color: #e6e9ee; margin: 2em; }}
+body {{ font: 14px/1.45 system-ui, sans-serif; background: #0f1419; color: #e6e9ee; margin: 2em auto;
+       max-width: 1200px; padding: 0 2em; }}
 .bar {{ display: flex; height: 28px; border-radius: 4px; overflow: hidden; margin: 0.5em 0 1.5em; }}
-.bar span {{ color: #111; font-size: 12px; padding: 6px; white-space: nowrap; overflow: hidden; }}
-li {{ margin-bottom: 1em; }} code {{ color: #80deea; }} .crash {{ color: #ffb74d; }}
-svg {{ background: #171d24; border-radius: 6px; }}
+.bar span {{ font-size: 12px; padding: 6px; white-space: nowrap; overflow: hidden; }}
+li {{ margin-bottom: 1em; }} code {{ color: #80deea; }} .crash {{ color: #ffb74d; }} .gain {{ color: #a5d6a7; }}
+svg {{ background: #171d24; border-radius: 6px; width: 100%; height: auto; display: block; }}
+svg text {{ fill: #b8c2cc; font-size: 12px; }} svg .axis-label {{ font-size: 13px; fill: #e6e9ee; }}
+.legend {{ display: flex; flex-wrap: wrap; gap: 0.4em 1.2em; margin: 0.5em 0 1.5em; font-size: 13px; }}
+.legend i {{ display: inline-block; width: 11px; height: 11px; margin-right: 5px; border-radius: 2px; }}
+.receipt {{ color: #b8c2cc; font-size: 13px; }} .receipt li {{ margin-bottom: 0.2em; }}
 </style></head><body>
 <h1>gpufly profile</h1>
 <p>{facts['measured_steps']} steps measured of {facts['steps']}; median step
-{"N/A" if median is None else f"{1000 * median:.1f} ms"}; device {html.escape(str(data.settings.gpu_name or
+{"N/A" if median is None else f"{1000 * median:.3g} ms"}; device {html.escape(str(data.settings.gpu_name or
 data.settings.device))}.</p>
+<ul class="receipt" id="receipt">{receipt_items}</ul>
 {crash}
-<h2>Step time (red: waiting for data; faded: warm-up, scaled to the measured steps)</h2>
+<h2>Step time</h2>
 {_step_chart(data)}
+{_legend(data)}
 <h2>Where a step goes</h2>
 <div class="bar">{parts}</div>
 <h2>Findings</h2>

@@ -112,25 +112,30 @@ reaches."""
 
 
 def sync_points(data: ProfileData, t: Thresholds) -> Finding | None:
-    steps = data.measured
-    if not steps:
+    per_step = data.per_step("syncs")
+    if per_step is None or per_step < t.syncs_per_step:
         return None
-    per_step = sum(s.syncs for s in steps) / len(steps)
-    if per_step < t.syncs_per_step:
-        return None
+    counted = len(data.steps_for("syncs"))
     calls = ", ".join(f"{name} x{count}" for name, count in sorted(data.sync_calls.items(), key=lambda kv: -kv[1]))
     on_gpu = data.settings.device.startswith("cuda")
     gap = data.median("sync_gap_s")
     between = f"; median {_ms(gap)} of CPU work between syncs" if gap is not None else ""
+    stalled = data.share("sync_wait_s") or 0.0
+    if on_gpu:
+        gain = (f"up to {1 / (1 - stalled):.2f}x if the host no longer waits: {_pct(stalled)} of the step is spent "
+                "inside these calls" if 0 < stalled < 0.99 else "the stalls they cause on the GPU")
+    else:
+        gain = (f"little on this CPU run (the calls take {100 * stalled:.1f}% of the step); on a GPU, the time the "
+                "host would wait in each")
     return Finding(
         "sync_points", "Host-device syncs in the loop",
-        f"{per_step:.1f} sync calls per step ({calls}){between}",
+        f"{per_step:.1f} sync calls per step over {counted} sampled steps ({calls}){between}",
         "each one makes the CPU wait until the GPU has finished all queued work, so the CPU cannot queue the "
         "next kernels ahead" + ("" if on_gpu else "; on this CPU run they are cheap, on a GPU each one stalls"),
         "keep losses and metrics as tensors and call .item() every N steps (or accumulate with "
         "loss.detach() and read once per log interval); drop print(tensor) and .cpu() from the step"
         + (BOOL_SYNC_ADVICE if "bool(tensor)" in data.sync_calls else ""),
-        None, 0.1 if not on_gpu else 0.3,
+        gain, 0.1 if not on_gpu else max(0.3, stalled),
     )
 
 
@@ -144,18 +149,21 @@ def memory_creep(data: ProfileData, t: Thresholds) -> Finding | None:
         return None
     fit = statistics.linear_regression(xs, ys)
     correlation = statistics.correlation(xs, ys)
-    growth = fit.slope * (xs[-1] - xs[0])
+    measured = data.measured
+    span = measured[-1].index - measured[0].index  # memory is read on the detailed steps; the trend spans them all
+    growth = fit.slope * span
     if growth < t.memory_creep_mib * MIB or correlation < t.memory_creep_correlation:
         return None
     where = "GPU memory" if data.settings.device.startswith("cuda") else "process memory (RSS)"
     return Finding(
         "memory_creep", "Memory grows step over step",
-        f"{where} grew {growth / MIB:.0f} MiB over {len(points)} steps ({fit.slope / MIB:.2f} MiB per step, "
-        f"correlation {correlation:.2f})",
+        f"{where} grew {fit.slope / MIB:.2f} MiB per step, about {growth / MIB:.0f} MiB over the {span + 1} "
+        f"measured steps (from {len(points)} readings, correlation {correlation:.2f})",
         "something keeps every step alive; the run will end out of memory, and each step holds more than it needs",
         "store loss.item() or loss.detach() (not the loss tensor, which keeps the whole graph) in lists and "
         "logs; wrap evaluation in torch.no_grad(); look for tensors appended to a list each step",
-        None, 0.5,
+        "no speed gain by itself: the run no longer ends out of memory, and the memory freed allows a larger batch",
+        0.5,
     )
 
 
@@ -256,6 +264,9 @@ def throttling(data: ProfileData, t: Thresholds) -> Finding | None:
     clocks = [g.sm_clock_mhz / g.sm_clock_max_mhz for g in slowed if g.sm_clock_mhz and g.sm_clock_max_mhz]
     clock = f", SM clock at {_pct(statistics.median(clocks))} of its maximum" if clocks else ""
     thermal = any("thermal" in r for r in reasons)
+    ratio = statistics.median(clocks) if clocks else None
+    gain = (f"up to {1 / ratio:.2f}x at full clocks" if ratio and ratio < 1 else
+            "unknown: NVML gave no clock to compare with its maximum")
     return Finding(
         "throttling", "The GPU is throttling",
         f"{', '.join(reasons)} active in {_pct(share)} of {len(data.gpu)} NVML samples{clock}",
@@ -263,7 +274,7 @@ def throttling(data: ProfileData, t: Thresholds) -> Finding | None:
         ("improve cooling and airflow (check fans, dust, the case), or lower the clocks on purpose" if thermal else
          "check `nvidia-smi -q -d POWER` for a lowered power limit (nvidia-smi -pl raises it, within the card's "
          "maximum); at the card's own limit this is the ceiling, and fewer wasted FLOPs (AMP) is the way up"),
-        None, 0.2,
+        gain, 0.2,
     )
 
 
@@ -277,7 +288,8 @@ def low_utilization(data: ProfileData, t: Thresholds, explained: bool) -> Findin
         "the GPU waits for something the other rules do not see: Python work in the step, logging, "
         "checkpointing, or another process",
         "run with --trace 5 for the kernel and idle breakdown; move per-step Python work (logging, metrics, "
-        "checkpoints) out of the step or to every N steps", None, 0.2,
+        "checkpoints) out of the step or to every N steps",
+        f"up to {100 / util:.1f}x if the GPU were kept busy (an upper bound)" if util > 0 else None, 0.2,
     )
 
 

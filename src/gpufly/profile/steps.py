@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufly.profile.records import StepRecord
+from gpufly.profile.sampling import EVERY_STEP, DetailSchedule, OwnTime
 
 Clock = Callable[[], float]
 
@@ -33,16 +34,20 @@ class LoaderState:
 class StepClock:
     """Closes steps into ``steps`` (``StepRecord``s) and times the loader's waits between them.
 
-    ``read_memory`` gives each closed step its memory figure; ``on_step`` listeners hear the number of steps
+    ``schedule`` says which steps are detailed (every one by default); ``own`` is told the time spent here.
+    ``read_memory`` gives each closed detailed step its memory figure; ``on_step`` listeners hear the number of steps
     recorded after each one closes; ``on_skip`` listeners hear that a partial (evaluation) step was dropped.
     """
 
     def __init__(self, steps: list[StepRecord], warmup: int, clock: Clock = time.perf_counter,
-                 read_memory: Callable[[], int | None] = lambda: None) -> None:
+                 read_memory: Callable[[], int | None] = lambda: None, *, schedule: DetailSchedule | None = None,
+                 own: OwnTime | None = None) -> None:
         self.steps = steps
         self.warmup = warmup
         self.clock = clock
         self.read_memory = read_memory
+        self.schedule = schedule or DetailSchedule(EVERY_STEP, warmup)
+        self.own = own or OwnTime(clock)
         self.current = StepRecord(index=0, wall_s=0.0)
         self.loaders: dict[int, LoaderState] = {}
         self.explicit_steps = False
@@ -50,18 +55,22 @@ class StepClock:
         self.optimizer_steps = 0
         self.on_step: list[Callable[[int], None]] = []
         self.on_skip: list[Callable[[], None]] = []
+        self.on_detail: list[Callable[[bool], None]] = []
+        """Listeners told, when it changes, whether the step now starting is detailed (they arm or disarm)."""
         self._last_boundary: float | None = None
         self._pending_marker: float | None = None
         self._marked_since_fetch = False
         self._fetches = 0
         self._feeding: LoaderState | None = None
         self._sync_gaps: list[float] = []
-        self._last_sync_at: float | None = None
+        self._last_sync_end: float | None = None
+        self._detailing: bool | None = None
 
     def start(self) -> None:
         """The first step starts now (unless it already has)."""
         if self._last_boundary is None:
             self._last_boundary = self.clock()
+            self._detail(self.current)
 
     # -- the loader ----------------------------------------------------------------------------
 
@@ -73,29 +82,35 @@ class StepClock:
 
     def iterate(self, state: LoaderState, iterator: Iterator[Any]) -> Iterator[Any]:
         """Yield ``iterator``'s batches, timing each wait for the next one into the current step."""
+        clock, own = self.clock, self.own
         while True:
-            started = self.clock()
-            self.commit_marker()
+            started = clock()
+            if self._pending_marker is not None:
+                self.commit_marker()
             self._feeding = state
-            if self._evaluating(state):
+            if self.optimizer_steps and self._evaluating(state):
                 self._skip_to(started)
             elif self._fetches and not self._marked_since_fetch:
                 self._close_step(started)  # no step markers: one step per batch
             self._marked_since_fetch = False
+            fetching = clock()
             try:
                 batch = next(iterator)
             except StopIteration:
                 if self._evaluating(state):
-                    self._skip_to(self.clock())
+                    self._skip_to(clock())
                 # The fetch above already closed the last batch's step: the next epoch's first fetch must not
                 # close another, empty one (2 epochs x 16 batches are 32 steps, not 33).
                 self._marked_since_fetch = True
                 return
-            self.current.data_wait_s += self.clock() - started
+            fetched = clock()
+            current = self.current
+            current.data_wait_s += fetched - fetching
             self._fetches += 1
             state.fetches += 1
-            if self.current.batch_size is None:
-                self.current.batch_size = batch_size_of(batch)
+            if current.batch_size is None:
+                current.batch_size = batch_size_of(batch)
+            own.add(fetching - started + clock() - fetched)
             yield batch
 
     def main_loader_settings(self) -> dict[str, Any]:
@@ -109,8 +124,11 @@ class StepClock:
 
     def mark(self) -> None:
         """``prof.step()``: the step ends now, unless ``with`` makes this call the start of one."""
-        self.commit_marker()
-        self._pending_marker = self.clock()
+        at = self.clock()
+        if self._pending_marker is not None:
+            self.commit_marker()
+        self._pending_marker = at
+        self.own.since(at)
 
     def begin_step(self) -> None:
         """``with prof.step():`` entered: the call was not a marker, and the user marks steps."""
@@ -119,7 +137,9 @@ class StepClock:
 
     def end_step(self) -> None:
         """The end of ``with prof.step()``, or an optimizer step under `gpufly profile`."""
-        self._close_step(self.clock())
+        at = self.clock()
+        self._close_step(at)
+        self.own.since(at)
 
     def commit_marker(self) -> None:
         """A ``prof.step()`` marker not followed by ``with`` ended a step where it was called."""
@@ -129,14 +149,16 @@ class StepClock:
 
     # -- what happens inside a step ------------------------------------------------------------
 
-    def count_sync(self) -> None:
-        """One more sync in this step, and the CPU time since the previous one (or the step's start)."""
-        now = self.clock()
-        since = self._last_sync_at if self._last_sync_at is not None else self._last_boundary
+    def count_sync(self, started: float, waited_s: float) -> None:
+        """One more sync in this step, called at ``started`` and returning ``waited_s`` later; the CPU time since
+        the previous one returned (or the step's start)."""
+        since = self._last_sync_end if self._last_sync_end is not None else self._last_boundary
         if since is not None:
-            self._sync_gaps.append(now - since)
-        self._last_sync_at = now
-        self.current.syncs += 1
+            self._sync_gaps.append(started - since)
+        self._last_sync_end = started + waited_s
+        current = self.current
+        current.syncs += 1
+        current.sync_wait_s = (current.sync_wait_s or 0.0) + waited_s
 
     def optimizer_stepped(self) -> None:
         """An optimizer step: training has begun, and the loader feeding it is the training loader."""
@@ -156,16 +178,28 @@ class StepClock:
         record = self.current
         record.wall_s = at - self._last_boundary
         record.warmup = record.index < self.warmup
-        record.memory_bytes = self.read_memory()
-        if self._sync_gaps:
-            record.sync_gap_s = statistics.median(self._sync_gaps)
-            self._sync_gaps.clear()
-        self._last_sync_at = None
+        record.own_s = self.own.take()
+        if record.detailed:
+            record.memory_bytes = self.read_memory()
+            if self._sync_gaps:
+                record.sync_gap_s = statistics.median(self._sync_gaps)
+                self._sync_gaps.clear()
+            self._last_sync_end = None
         self.steps.append(record)
         self._last_boundary = at
-        self.current = StepRecord(index=record.index + 1, wall_s=0.0)
-        for listener in self.on_step:
-            listener(len(self.steps))
+        self.current = following = StepRecord(index=record.index + 1, wall_s=0.0)
+        self._detail(following)
+        if self.on_step:
+            for listener in self.on_step:
+                listener(len(self.steps))
+
+    def _detail(self, record: StepRecord) -> None:
+        """Whether the step starting is detailed, from the schedule; the listeners hear of a change."""
+        record.detailed = self.schedule.detailed(record.index)
+        if record.detailed is not self._detailing:
+            self._detailing = record.detailed
+            for listener in self.on_detail:
+                listener(record.detailed)
 
     def _evaluating(self, state: LoaderState) -> bool:
         """A loader that feeds no optimizer step once training has begun is evaluation, not the loop's steps.
@@ -179,9 +213,9 @@ class StepClock:
     def _skip_to(self, at: float) -> None:
         """Drop the partial step (evaluation work) and start the next step at ``at``."""
         self._last_boundary = at
-        self.current = StepRecord(index=self.current.index, wall_s=0.0)
+        self.current = StepRecord(index=self.current.index, wall_s=0.0, detailed=self.current.detailed)
         self._sync_gaps.clear()
-        self._last_sync_at = None
+        self._last_sync_end = None
         self._marked_since_fetch = True
         for listener in self.on_skip:
             listener()
@@ -191,6 +225,8 @@ class StepClock:
         one batch ahead (accelerate's, under the HF Trainer) or a sanity-check validation before training."""
         self.steps.clear()
         self.current.index = 0
+        self.schedule.restart()
+        self._detail(self.current)
 
 
 class StepContext:

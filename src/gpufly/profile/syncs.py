@@ -1,6 +1,7 @@
 """Counting the loop's host-device syncs and timing its host-to-device copies, by wrapping ``torch.Tensor``.
 
-The wrappers are installed when the profiler starts and the originals put back when it stops. Only the
+The wrappers are installed for the profiler's detailed steps only (``gpufly.profile.sampling``) and the
+originals put back between them and when it stops. Only the
 loop's own calls count: torch calling its own methods (Adam reading its step count, printing a tensor
 through ``.item()``) is not the user's to change.
 """
@@ -13,6 +14,8 @@ import warnings
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
+
+from gpufly.profile.sampling import OwnTime
 
 SYNC_METHODS = ("item", "tolist", "cpu", "numpy")
 """Tensor methods that wait for the device (``cpu``/``numpy`` only count on a GPU tensor)."""
@@ -36,77 +39,101 @@ COPY_METHODS = ("to", "cuda")
 class SyncCounter:
     """Counts sync calls by label in ``calls`` and reports each one, and each host-to-device copy, as it happens.
 
-    ``on_sync()`` hears each sync; ``on_copy(seconds, blocking)`` hears each host-to-device copy (GPU runs only).
+    The wrappers are in place only while armed (the profiler's detailed steps): a wrapped call costs the loop
+    time, an unwrapped one nothing. ``on_sync(started, waited_s)`` hears each sync (when it was called and how
+    long the call took: on a GPU, the stall); ``on_copy(seconds, blocking)`` hears each host-to-device copy (GPU
+    runs only). ``own`` is told the time spent in the wrappers themselves.
     """
 
-    def __init__(self, on_sync: Callable[[], None], on_copy: Callable[[float, bool], None],
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, on_sync: Callable[[float, float], None], on_copy: Callable[[float, bool], None],
+                 clock: Callable[[], float] = time.perf_counter, own: OwnTime | None = None) -> None:
         self.calls: Counter[str] = Counter()
         self.cuda = False
+        self.armed = False
         self._on_sync = on_sync
         self._on_copy = on_copy
         self._clock = clock
+        self._own = own or OwnTime(clock)
+        self._torch: Any = None
         self._patched: list[tuple[Any, str, Any]] = []
 
     def start(self, torch: Any, cuda: bool) -> None:
-        """Wrap the Tensor methods (and, on a GPU run, the copies and ``torch.cuda.synchronize``)."""
+        """Say which torch to wrap and whether the run is on a GPU; the wrappers go in with ``arm``."""
+        self._torch = torch
         self.cuda = cuda
+
+    def arm(self) -> None:
+        """Wrap the Tensor methods (and, on a GPU run, the copies and ``torch.cuda.synchronize``)."""
+        if self.armed or self._torch is None:
+            return
+        self.armed = True
+        torch = self._torch
         for method in SYNC_METHODS:
             self._count(torch.Tensor, method, f".{method}()", gpu_only=method in ("cpu", "numpy"))
         for method, label in SYNC_CONVERSIONS:
             self._count(torch.Tensor, method, label, gpu_only=False)
-        if cuda:
+        if self.cuda:
             for method in COPY_METHODS:
                 self._time_copies(torch.Tensor, method)
             self._count_synchronize(torch.cuda)
 
-    def stop(self) -> None:
-        """Put back every original (deleting the wrapper where the method was inherited)."""
-        for owner, name, original in reversed(self._patched):
-            if original is None:
-                delattr(owner, name)
-            else:
+    def disarm(self) -> None:
+        """Put back every original (deleting the wrapper where the method was inherited).
+
+        One at a time, each taken off the list as it is put back: a Ctrl-C landing in the middle (windows open and
+        close all through a run) leaves a list that the next ``disarm`` finishes, never one it undoes twice."""
+        while self._patched:
+            owner, name, original = self._patched[-1]
+            if original is not None:
                 setattr(owner, name, original)
-        self._patched.clear()
+            elif name in owner.__dict__:
+                delattr(owner, name)
+            self._patched.pop()
+        self.armed = False
 
     def _replace(self, owner: Any, name: str, replacement: Any) -> None:
-        """Install ``replacement`` until ``stop``, remembering what to put back (None: it was inherited)."""
+        """Install ``replacement`` until ``disarm``, remembering what to put back (None: it was inherited)."""
         self._patched.append((owner, name, owner.__dict__.get(name)))
         setattr(owner, name, replacement)
 
-    def _sync(self, label: str) -> None:
-        self.calls[label] += 1
-        self._on_sync()
-
     def _count(self, tensor_type: Any, method: str, label: str, gpu_only: bool) -> None:
         original = getattr(tensor_type, method)
-        counter = self
+        counter, clock, own = self, self._clock, self._own
 
         def counted(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            entered = clock()
             # On a GPU run only GPU tensors wait; on a CPU run every call is one that would.
-            if (tensor.is_cuda or not (gpu_only or counter.cuda)) and not _called_from_torch():
-                counter._sync(label)
+            counts = (tensor.is_cuda or not (gpu_only or counter.cuda)) and not _called_from_torch()
+            called = clock()
             if not tensor.requires_grad:
-                return original(tensor, *args, **kwargs)
-            return _warning_at_caller(original, tensor, *args, **kwargs)
+                result = original(tensor, *args, **kwargs)
+            else:
+                result = _warning_at_caller(original, tensor, *args, **kwargs)
+            returned = clock()
+            if counts:
+                counter.calls[label] += 1
+                counter._on_sync(called, returned - called)
+            own.add(called - entered + clock() - returned)
+            return result
 
         counted.__wrapped__ = original  # type: ignore[attr-defined]
         self._replace(tensor_type, method, counted)
 
     def _time_copies(self, tensor_type: Any, method: str) -> None:
         original = getattr(tensor_type, method)
-        counter = self
+        counter, clock, own = self, self._clock, self._own
 
         def timed(tensor: Any, *args: Any, **kwargs: Any) -> Any:
-            if tensor.is_cuda:
-                result = original(tensor, *args, **kwargs)
-                if not getattr(result, "is_cuda", True) and not _called_from_torch():
-                    counter._sync(f".{method}(cpu)")  # device to host waits, like .cpu()
-                return result
-            started = counter._clock()
+            entered = clock()
             result = original(tensor, *args, **kwargs)
-            if getattr(result, "is_cuda", False):
-                counter._on_copy(counter._clock() - started, not kwargs.get("non_blocking", False))
+            returned = clock()
+            if tensor.is_cuda:
+                if not getattr(result, "is_cuda", True) and not _called_from_torch():
+                    counter.calls[f".{method}(cpu)"] += 1  # device to host waits, like .cpu()
+                    counter._on_sync(entered, returned - entered)
+            elif getattr(result, "is_cuda", False):
+                counter._on_copy(returned - entered, not kwargs.get("non_blocking", False))
+            own.since(returned)
             return result
 
         timed.__wrapped__ = original  # type: ignore[attr-defined]
@@ -114,10 +141,14 @@ class SyncCounter:
 
     def _count_synchronize(self, cuda: Any) -> None:
         original = cuda.synchronize
+        counter, clock = self, self._clock
 
         def synchronize(*args: Any, **kwargs: Any) -> Any:
-            self._sync("torch.cuda.synchronize()")
-            return original(*args, **kwargs)
+            called = clock()
+            result = original(*args, **kwargs)
+            counter.calls["torch.cuda.synchronize()"] += 1
+            counter._on_sync(called, clock() - called)
+            return result
 
         self._replace(cuda, "synchronize", synchronize)
 
