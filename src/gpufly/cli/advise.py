@@ -253,7 +253,14 @@ def fit(
                                                    help="Predict from `gpufly bench --save` results.")] = None,
     json_out: Json = False,
 ) -> None:
-    """Will MODEL fit on a GPU for this job? Memory breakdown, predicted speed, and what would make it fit."""
+    """Will MODEL fit on a GPU for this job? Memory breakdown, predicted speed, and what would make it fit.
+
+    Examples:
+      gpufly fit llama-3.1-8b --gpu 4090
+      gpufly fit llama-3.1-70b --gpu 2xH100 --quant int4
+      gpufly fit qwen2.5-7b --gpu 4090 --task qlora --max-batch
+      gpufly fit llama-3.1-8b --task full --zero 3 --gpu 8xA100 --json
+    """
     from gpufly.catalog import default_catalog
     from gpufly.estimate.advise import changes, parse_gpu
     from gpufly.estimate.advise import fit as fit_one
@@ -364,7 +371,13 @@ def recommend(
     top: Annotated[int, typer.Option("--top", help="Show this many.")] = 15,
     json_out: Json = False,
 ) -> None:
-    """Rank catalog GPUs (and how many of each) that fit MODEL for this job."""
+    """Rank catalog GPUs (and how many of each) that fit MODEL for this job.
+
+    Examples:
+      gpufly recommend llama-3.1-8b
+      gpufly recommend llama-3.1-70b --quant int4 --budget 5000
+      gpufly recommend qwen2.5-7b --task lora --prefer cost --top 5
+    """
     from gpufly.catalog import default_catalog
     from gpufly.estimate.advise import recommend as rank
 
@@ -433,7 +446,12 @@ def _render_ranking(ranking: Ranking, budget: float | None, top: int, out: Conso
 
 
 def models(json_out: Json = False) -> None:
-    """List the preset models."""
+    """List the preset models.
+
+    Examples:
+      gpufly models
+      gpufly models --json
+    """
     from gpufly.models.presets import presets
 
     found = presets()

@@ -254,7 +254,13 @@ def bench(
                                                                    "measuring.")] = None,
 ) -> None:
     """Measure matmul rates per precision, memory and PCIe bandwidth, launch latency and attention, beside the
-    catalog's peaks."""
+    catalog's peaks.
+
+    Examples:
+      gpufly bench --quick
+      gpufly bench --only gemm.bf16,memory --save bench.json
+      gpufly bench --compare before.json after.json
+    """
     if compare is not None:
         _check_compare_options(save, device, quick, only)
         _compare(compare, json_out)

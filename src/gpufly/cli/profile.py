@@ -36,6 +36,11 @@ def run_profile(
     gpufly's options go before the script, everything after it is the script's (its own --help too).
 
     SIGTERM and Ctrl-C stop the script; what was measured is still reported and saved (exit 143 and 130).
+
+    Examples:
+      gpufly profile train.py
+      gpufly profile --html profile.html train.py --epochs 1
+      gpufly profile --save run.json mypkg.train:main
     """
     if warmup < 0 or trace < 0:
         raise GpuflyError("--warmup and --trace must be zero or more", "for example --warmup 3 --trace 5")
