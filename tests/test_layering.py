@@ -44,7 +44,8 @@ DEPENDS_ON: dict[str, frozenset[str]] = {
     "profile": frozenset({"hw"}),  # GPU utilization while a loop runs
     "tune": frozenset({"catalog"}),  # the recsys case study prices a GPU from the catalog
     "fleet": frozenset({"hw", "catalog", "doctor", "bench", "monitor"}),
-    "report": frozenset({"hw", "catalog", "models", "estimate", "doctor", "bench", "profile", "tune", "monitor"}),
+    "report": frozenset({"hw", "catalog", "models", "estimate", "doctor", "bench", "profile", "tune", "monitor",
+                         "fleet"}),
     "cli": frozenset({"hw", "catalog", "models", "estimate", "doctor", "bench", "profile", "tune", "monitor",
                       "report", "fleet"}),
 }

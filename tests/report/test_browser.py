@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufly.report import SECTIONS, compose, render_html
+from gpufly.report import SECTIONS, compose, fleet_section, render_html
+from tests.fleet.builders import result, run, write_fleet
 
 from .machines import h100_bench, scenario, two_gpus
 
@@ -71,6 +72,28 @@ def test_the_page_renders_every_section_and_chart_offline_and_fetches_nothing(tm
         drawn = re.search(rf'<svg class="chart" id="{chart_id}".*?</svg>', dom, re.S)
         assert drawn and drawn.group(0).count('<rect class="bar"') == int(bars) > 0, chart_id
     assert "What to do next" in dom and "H100 SXM: #" in dom
+
+
+def test_the_fleet_section_and_its_charts_render_offline(tmp_path: Path) -> None:
+    def slow_gpu(name, node_facts, runs):
+        return node_facts, [runs[0], run(1, [result("gemm.bf16", scale=0.8)])]
+    write_fleet(tmp_path / "fleet", nodes=3, change={"node02": slow_gpu})
+    report = compose(two_gpus(), scenario("cpu_wheel_on_gpu"), frameworks_imported=False,
+                     fleet=fleet_section(tmp_path / "fleet"))
+    page = tmp_path / "report.html"
+    page.write_text(render_html(report, "2026-01-01T00:00:00+00:00"))
+
+    dom, requested = render_offline(page, tmp_path)
+
+    assert requested == []
+    assert re.findall(r'<section id="([a-z]+)" data-section="\1"', dom) == [*SECTIONS, "fleet"]
+    fleet = re.search(r'<section id="fleet".*?</section>', dom, re.S)
+    assert fleet is not None and "node02 GPU 1 (NVIDIA H100 80GB HBM3): gemm.bf16" in fleet.group(0)
+    charts = dict(re.findall(r'<svg class="chart" id="(fleet-[^"]+)"[^>]*data-bars="(\d+)"', fleet.group(0)))
+    assert charts["fleet-0-gemm-bf16"] == "6"
+    for chart_id, bars in charts.items():
+        drawn = re.search(rf'<svg class="chart" id="{chart_id}".*?</svg>', dom, re.S)
+        assert drawn and drawn.group(0).count('<rect class="bar"') == int(bars) > 0, chart_id
 
 
 @pytest.mark.slow

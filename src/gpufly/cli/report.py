@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from gpufly.cli.fleet import render_report as render_fleet
 from gpufly.cli.render import LANG_HELP, MISSING, choose_language, console, gib, print_json
 from gpufly.i18n import gettext as _
 
@@ -235,6 +236,8 @@ def render_report(built: Report, out: Console) -> None:
         render_profile(built.profile, out)
     if built.tune is not None:
         render_tune(built.tune, out)
+    if built.fleet is not None:
+        render_fleet(built.fleet.report, out)
     render_actions(built.actions, out)
 
 
@@ -250,6 +253,9 @@ def report(
     profile: Annotated[Path | None, typer.Option("--profile", help="Add a saved `gpufly profile --save` run.")]
     = None,
     tune: Annotated[Path | None, typer.Option("--tune", help="Add a `gpufly tune` results file.")] = None,
+    fleet: Annotated[Path | None, typer.Option("--fleet", metavar="DIR",
+                                               help="Add `gpufly fleet report DIR`: the nodes' saved doctor facts "
+                                                    "and bench runs compared.")] = None,
     lang: Annotated[str | None, typer.Option("--lang", metavar="LANG", help=LANG_HELP)] = None,
 ) -> None:
     """Report on this machine: what the hardware is worth for AI, whether the software is set up right, what it
@@ -260,6 +266,7 @@ def report(
       gpufly report --html report.html
       gpufly report --bench-file bench.json --tune results.jsonl --json
       gpufly report --budget 3000 --lang zh
+      gpufly report --fleet fleet/ --html report.html
     """
     from gpufly.jsonfile import write_text_atomic
     from gpufly.report import build_report, render_html
@@ -267,7 +274,8 @@ def report(
     choose_language(lang, json_out)
     if html is not None:
         _check_page_path(html)
-    built = build_report(bench=bench, bench_file=bench_file, profile=profile, tune=tune, budget_usd=budget)
+    built = build_report(bench=bench, bench_file=bench_file, profile=profile, tune=tune, budget_usd=budget,
+                         fleet=fleet)
     if html is not None:
         stamp = datetime.now(UTC).isoformat(timespec="seconds")
         write_text_atomic(html, render_html(built, stamp), hint="write the page to a folder you can write, "

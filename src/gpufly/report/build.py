@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from gpufly.catalog import Catalog
     from gpufly.doctor import Facts
     from gpufly.report.actions import Action
+    from gpufly.report.fleet import FleetSection
     from gpufly.report.machine import MachineReport
     from gpufly.report.models_fit import BuyRow, ModelFitRow
     from gpufly.report.peers import LadderPlace
@@ -51,7 +52,7 @@ class TuneSummary:
 class Report:
     """Everything `gpufly report` shows. ``reaches`` is None without --bench or --bench-file; ``buys`` lists GPUs to
     buy within ``budget_usd`` (on a machine without a catalog GPU, or when a budget is given); ``profile`` and
-    ``tune`` are None unless asked for."""
+    ``tune`` and ``fleet`` are None unless asked for."""
 
     machine: MachineReport
     places: list[LadderPlace]
@@ -63,6 +64,7 @@ class Report:
     reaches: ReachSection | None = None
     profile: dict[str, Any] | None = None
     tune: TuneSummary | None = None
+    fleet: FleetSection | None = None
 
     def to_dict(self) -> dict[str, Any]:
         from gpufly.report.models_fit import CONTEXT
@@ -73,16 +75,18 @@ class Report:
                 "fits": {"context": CONTEXT, "batch": 1, "models": [row.to_dict() for row in self.models],
                          "budget_usd": self.budget_usd, "buy": [row.to_dict() for row in self.buys]},
                 "next": [action.to_dict() for action in self.actions],
-                "profile": self.profile, "tune": self.tune.to_dict() if self.tune else None}
+                "profile": self.profile, "tune": self.tune.to_dict() if self.tune else None,
+                "fleet": self.fleet.to_dict() if self.fleet else None}
 
 
 def build_report(bench: bool = False, bench_file: Path | None = None, profile: Path | None = None,
-                 tune: Path | None = None, budget_usd: float | None = None) -> Report:
+                 tune: Path | None = None, budget_usd: float | None = None, fleet: Path | None = None) -> Report:
     """Probe this machine and gather every section. The doctor's part uses its fast path (import_frameworks=False:
     the frameworks' installed files are read, not imported, which takes seconds each) and the report says so;
     `gpufly doctor` is the command that imports them. Saved files are read before anything is measured, so a bad
     path fails at once."""
     from gpufly.doctor import probe_all
+    from gpufly.report.fleet import fleet_section
     from gpufly.report.machine import probe_machine
 
     if bench and bench_file is not None:
@@ -91,12 +95,13 @@ def build_report(bench: bool = False, bench_file: Path | None = None, profile: P
         raise GpuflyError(f"--budget must be positive, got {budget_usd:g}", hint="e.g. --budget 2000")
     profiled = profile_summary(profile) if profile else None
     tuned = tune_summary(tune) if tune else None
+    compared = fleet_section(fleet) if fleet else None
     saved = _load_bench(bench_file) if bench_file is not None else None
     machine = probe_machine()
     facts = probe_all(import_frameworks=False)
     run, source = (quick_bench(), "measured now (quick)") if bench else (saved, str(bench_file))
     return compose(machine, facts, frameworks_imported=False, bench=run, bench_source=source, profile=profiled,
-                   tune=tuned, budget_usd=budget_usd)
+                   tune=tuned, budget_usd=budget_usd, fleet=compared)
 
 
 def _load_bench(path: Path) -> BenchRun:
@@ -107,7 +112,8 @@ def _load_bench(path: Path) -> BenchRun:
 
 def compose(machine: MachineReport, facts: Facts, *, frameworks_imported: bool, bench: BenchRun | None = None,
             bench_source: str = "", profile: dict[str, Any] | None = None, tune: TuneSummary | None = None,
-            budget_usd: float | None = None, catalog: Catalog | None = None) -> Report:
+            budget_usd: float | None = None, catalog: Catalog | None = None,
+            fleet: FleetSection | None = None) -> Report:
     """The report from facts already gathered: each section computed by the stage that owns it, then the actions
     they point to, ranked. No probe runs here, so a test composes a report from recorded facts."""
     from gpufly.catalog import default_catalog
@@ -129,7 +135,7 @@ def compose(machine: MachineReport, facts: Facts, *, frameworks_imported: bool, 
                            *actions.tune_actions(tune), *actions.profile_actions(profile),
                            *actions.model_actions(models, buys)])
     return Report(machine=machine, places=places, setup=setup, models=models, buys=buys, budget_usd=budget,
-                  actions=ranked, reaches=reaches, profile=profile, tune=tune)
+                  actions=ranked, reaches=reaches, profile=profile, tune=tune, fleet=fleet)
 
 
 def quick_bench() -> BenchRun:

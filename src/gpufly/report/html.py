@@ -18,6 +18,7 @@ from gpufly.report.svg import Bar, bar_chart
 
 if TYPE_CHECKING:
     from gpufly.report.build import Report, TuneSummary
+    from gpufly.report.fleet import CeilingChart, FleetSection
     from gpufly.report.machine import MachineReport
     from gpufly.report.models_fit import BuyRow, ModelFitRow
     from gpufly.report.peers import LadderPlace
@@ -51,6 +52,8 @@ def render_html(report: Report, generated_at: str) -> str:
         body.append(_profile(report.profile))
     if report.tune is not None:
         body.append(_tune(report.tune))
+    if report.fleet is not None:
+        body.append(_fleet(report.fleet))
     links = "".join(f'<a href="#{key}">{escape(title)}</a>' for key, title in _titles(report))
     summary = escape(report.machine.summary)
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -69,6 +72,8 @@ def _titles(report: Report) -> list[tuple[str, str]]:
         titles.append(("profile", "Profile"))
     if report.tune is not None:
         titles.append(("tune", "Tune"))
+    if report.fleet is not None:
+        titles.append(("fleet", "Fleet"))
     return titles
 
 
@@ -364,3 +369,46 @@ def _tune(tuned: TuneSummary) -> str:
     if code:
         content += f'<pre class="code">{escape(code)}</pre>'
     return _section("tune", "Tune", content)
+
+
+def _fleet(section: FleetSection) -> str:
+    """The fleet report of `gpufly fleet report`: its nodes, its findings with their reasons, and a chart per
+    figure of each GPU against its identical siblings' median."""
+    fleet = section.report
+    nodes = len(fleet.nodes)
+    parts = [f"<p>{nodes} node{'s' if nodes != 1 else ''} from <code>{escape(section.source)}</code>; "
+             f"{fleet.compared} GPU bench figures compared with identical GPUs (tolerance {fleet.tolerance:.0%}), "
+             f"{fleet.alone} without an identical GPU to compare with</p>",
+             _table(("node", "GPUs", "driver", "torch", "bench runs"), [
+                 (escape(n.name), "failed" if n.failed else escape(_gpu_count(n.gpus)), escape(n.driver or "N/A"),
+                  escape(n.torch or "N/A"), str(n.bench_runs)) for n in fleet.nodes], numeric=(4,))]
+    if fleet.uniform:
+        parts.append('<p class="fleet-uniform">uniform: no node or GPU differs from the rest</p>')
+    else:
+        parts.append(_table(("kind", "finding", "why"), [
+            (escape(f.kind), escape(f.message), "<br>".join(escape(r) for r in f.reasons))
+            for f in fleet.findings]))
+    parts.extend(_ceiling_chart(chart, number) for number, chart in enumerate(section.charts))
+    if section.charts:
+        parts.append('<p class="muted">Each bar: a GPU\'s figure as a percentage of the median of the same figure '
+                     "on the other GPUs of its model (dashed line, 100%); whiskers: its own interval where the bench "
+                     f"recorded one. Outlined, in vermillion: flagged, more than {fleet.tolerance:.0%} behind and "
+                     "beyond its own noise. Latencies are inverted, so a short bar is always the slower GPU.</p>")
+    return _section("fleet", "Fleet", "".join(parts))
+
+
+def _gpu_count(gpus: tuple[str, ...] | None) -> str:
+    if gpus is None:
+        return "N/A"
+    return ", ".join(f"{gpus.count(name)} x {name}" for name in sorted(set(gpus))) or "none"
+
+
+def _ceiling_chart(chart: CeilingChart, number: int) -> str:
+    bars = [Bar(b.label, b.percent, BAD if b.slow else SERIES[0], low=b.low, high=b.high, reference=100.0,
+                text=f"{b.measured} ({b.percent:.0f}% of {b.median})", highlight=b.slow) for b in chart.bars]
+    more = f"; the {chart.left_out} fastest GPUs left out" if chart.left_out else ""
+    return bar_chart(bars, title=f"{chart.title}: each GPU against its siblings' median{more}", log=False,
+                     chart_id=f"fleet-{number}-{_slug(chart.benchmark)}",
+                     axis_label="measured, % of the median of identical GPUs (dashed line: 100%)",
+                     legend=[("within the tolerance", SERIES[0]), ("flagged slow", BAD)], label_width=150,
+                     text_width=250)
