@@ -5,6 +5,7 @@ Only the kill and the signal need a real process; the rest runs the CLI in this 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -150,11 +151,31 @@ def test_bad_numbers_are_one_line_errors(cli, tmp_path: Path, monkeypatch: pytes
     assert not (tmp_path / "x.jsonl").exists(), "rejected before any file is opened"
 
 
-def test_a_full_disk_is_one_line_and_still_says_what_it_wrote(cli, tmp_path: Path) -> None:
+def _disk_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every write of the logger fails as on a full disk (a device such as /dev/full is refused as an output)."""
+    import errno
+
+    from gpufly.monitor import logger
+
+    def full(fd: int, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(logger.os, "write", full)
+
+
+def test_a_device_is_refused_as_the_output(cli, tmp_path: Path) -> None:
     if not Path("/dev/full").exists():
         pytest.skip("needs /dev/full")
+    device = tmp_path / "full.jsonl"
+    device.symlink_to("/dev/full")
+    done = cli("watch", "--count", "2", "--interval", "0.01", "--replay", str(RECORDING), "-o", str(device))
+    assert done.code == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "not a regular file" in done.stderr and "hint:" in done.stderr
+
+
+def test_a_full_disk_is_one_line_and_still_says_what_it_wrote(cli, tmp_path: Path, monkeypatch) -> None:
     full = tmp_path / "full.jsonl"
-    full.symlink_to("/dev/full")
+    _disk_full(monkeypatch)
     log = SampleLog(full)
     with pytest.raises(GpuflyError, match=r"cannot write .*full\.jsonl"):
         log.write(ReplayBackend(RECORDING, loop=False).snapshot())
