@@ -226,3 +226,62 @@ def test_an_empty_message_stays_empty_in_every_language() -> None:
     i18n.use_language("zh")
     assert i18n.gettext("") == ""
     assert i18n.active_language() == "zh"
+
+
+def test_fit_speaks_chinese_with_lang_zh_and_keeps_names_flags_and_numbers(cli) -> None:
+    chinese = cli("fit", "llama-3.1-8b", "--gpu", "4090", "--lang", "zh")
+    english = cli("fit", "llama-3.1-8b", "--gpu", "4090")
+    assert chinese.code == english.code == 0, chinese.stderr
+    assert "RTX 4090 放得下" in chinese.stdout and "每块 GPU 还剩 6.8 GiB 显存" in chinese.stdout
+    for words in ("每块 GPU 的显存占用", "权重", "KV 缓存", "上下文长度 4,096", "--quant int4", "17.19"):
+        assert words in chinese.stdout
+    assert "fits on" not in chinese.stdout and "Memory per GPU" not in chinese.stdout
+    assert "fits on RTX 4090, with 6.8 GiB free per GPU" in english.stdout and not _chinese(english.stdout)
+
+
+def test_fit_json_is_the_same_in_every_language(cli) -> None:
+    english = cli("fit", "qwen2.5-7b", "--gpu", "4090", "--task", "qlora", "--json")
+    chinese = cli("fit", "qwen2.5-7b", "--gpu", "4090", "--task", "qlora", "--json", "--lang", "zh")
+    assert english.code == chinese.code == 0, chinese.stderr
+    assert english.stdout == chinese.stdout and not _chinese(chinese.stdout)
+
+
+def test_fit_that_does_not_fit_says_so_in_chinese_with_the_changes_that_would(cli) -> None:
+    result = cli("fit", "llama-3.1-70b", "--gpu", "4090", "--lang", "zh")
+    assert result.code == 1, result.stderr
+    assert "RTX 4090 放不下" in result.stdout and "每块 GPU 还差" in result.stdout
+    assert "假如放得下的速度" in result.stdout
+
+
+def test_a_chinese_locale_switches_recommend_to_chinese_and_gpufly_lang_overrides_it(cli) -> None:
+    args = ("recommend", "qwen2.5-7b", "--task", "qlora", "--top", "5")
+    chinese = cli(*args, env={"LANG": "zh_CN.UTF-8"})
+    assert chinese.code == 0, chinese.stderr
+    assert "QLoRA 微调" in chinese.stdout and "按速度排序" in chinese.stdout
+    assert "梯度检查点" in chinese.stdout
+    english = cli(*args, env={"LANG": "zh_CN.UTF-8", "GPUFLY_LANG": "en"})
+    assert english.code == 0 and "Best GPUs, by speed" in english.stdout and not _chinese(english.stdout)
+    assert cli(*args, "--json", env={"LANG": "zh_CN.UTF-8"}).stdout == cli(*args, "--json").stdout
+
+
+def test_models_lists_the_presets_in_chinese(cli) -> None:
+    result = cli("models", "--lang", "zh")
+    assert result.code == 0, result.stderr
+    assert "个预置模型" in result.stdout and "llama-3.1-8b" in result.stdout
+
+
+def test_an_unknown_lang_for_fit_is_one_error_and_one_hint(cli) -> None:
+    result = cli("fit", "llama-3.1-8b", "--gpu", "4090", "--lang", "fr")
+    assert result.code == 2
+    assert result.stderr.splitlines() == ["error: --lang 'fr' is not a language gpufly speaks",
+                                          f"hint: {i18n.LANG_HINT}"]
+
+
+def test_every_module_that_marks_messages_is_in_the_catalog() -> None:
+    """A module that imports the translation functions but is missing from MARKED_MODULES would print English to a
+    Chinese reader, and the catalog test above would not see its messages."""
+    from gpufly.i18n.catalog import MARKED_MODULES, SOURCE_ROOT
+
+    marking = {path.relative_to(SOURCE_ROOT).as_posix() for path in SOURCE_ROOT.rglob("*.py")
+               if re.search(r"^from gpufly\.i18n import .*\bgettext as _", path.read_text(encoding="utf-8"), re.M)}
+    assert marking - set(MARKED_MODULES) == set()

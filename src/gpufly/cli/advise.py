@@ -11,10 +11,12 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from gpufly.cli.render import MISSING, console, print_json, print_note
+from gpufly.cli.render import LANG_HELP, MISSING, choose_language, console, print_json, print_note
 from gpufly.errors import GpuflyError
 from gpufly.estimate.engines import GIB
 from gpufly.estimate.job import DEFAULT_LORA_TARGETS, Job
+from gpufly.i18n import gettext as _
+from gpufly.i18n import ngettext
 
 if TYPE_CHECKING:
     from gpufly.catalog import Catalog, GpuSpec
@@ -51,6 +53,7 @@ GpuMemory = Annotated[float, typer.Option("--gpu-memory-utilization",
 Fsdp = Annotated[str | None, typer.Option("--fsdp", help="FSDP: full_shard (= ZeRO-3) or shard_grad_op (= ZeRO-2).")]
 Fp32 = Annotated[bool, typer.Option("--fp32", help="Train in fp32 instead of mixed precision.")]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+Lang = Annotated[str | None, typer.Option("--lang", metavar="LANG", help=LANG_HELP)]
 
 
 DEFAULT_CONTEXT = 4096
@@ -70,16 +73,20 @@ def _context(spec: ModelSpec, ctx: int | None) -> int:
 
 
 def _describe(spec: ModelSpec, job: Job) -> str:
-    what = {"infer": f"inference at {job.quant}", "lora": f"LoRA r{job.lora_rank} on a {job.quant} base",
-            "qlora": f"QLoRA r{job.lora_rank}", "full": "full training" + ("" if job.mixed_precision else " (fp32)")}
+    what = {"infer": _("inference at {quant}"), "lora": _("LoRA r{rank} on a {quant} base"),
+            "qlora": _("QLoRA r{rank}"),
+            "full": _("full training") if job.mixed_precision else _("full training (fp32)")}
     extra = f", {job.engine}" if not job.training else f", {job.optimizer}"
     if job.training and job.zero:
         extra += f", ZeRO-{job.zero}"
     if job.checkpointing:
-        extra += ", checkpointing"
-    active = f", {spec.active_params / 1e9:.1f} B active" if spec.active_params else ""
-    return (f"{spec.name} ({spec.params / 1e9:.2f} B params{active}; {spec.params_method}): {what[job.task]}, "
-            f"ctx {job.context:,}, batch {job.batch}{extra}")
+        extra += _(", gradient checkpointing")
+    params = (_("{params} B params, {active} B active") if spec.active_params else _("{params} B params")).format(
+        params=f"{spec.params / 1e9:.2f}", active=f"{(spec.active_params or 0) / 1e9:.1f}")
+    task = what[job.task].format(quant=job.quant, rank=job.lora_rank)
+    return _("{model} ({params}; {method}): {task}, ctx {ctx}, batch {batch}{extra}").format(
+        model=spec.name, params=params, method=spec.params_method, task=task, ctx=f"{job.context:,}",
+        batch=job.batch, extra=extra)
 
 
 def _gib(value: int | float) -> str:
@@ -97,7 +104,8 @@ def _rate(value: float | None, unit: str, estimate: Estimate | None = None) -> s
     shown = f"{_number(value)} {unit}"
     if estimate is None:
         return shown
-    return f"{shown} ({_number(estimate.low)}-{_number(estimate.high)}, {estimate.coverage:.0%} range)"
+    return _("{value} ({low}-{high}, {coverage} range)").format(
+        value=shown, low=_number(estimate.low), high=_number(estimate.high), coverage=f"{estimate.coverage:.0%}")
 
 
 def _bases(verdict: Fit) -> list[str]:
@@ -113,71 +121,93 @@ def _speed_line(verdict: Fit) -> str:
         line = (_rate(s.train_tokens_s, "tokens/s", ranges.get("train_tokens_s")) if s.train_tokens_s
                 else _rate(s.train_samples_s, "samples/s", ranges.get("train_samples_s")))
     else:
-        ttft = (f", first token after {_rate(s.time_to_first_token_s, 's', ranges.get('time_to_first_token_s'))}"
-                if s.time_to_first_token_s else "")
-        line = (f"decode {_rate(s.decode_tok_s, 'tok/s', ranges.get('decode_tok_s'))} at the end of the context, "
-                f"prefill {_rate(s.prefill_tok_s, 'tok/s', ranges.get('prefill_tok_s'))}{ttft}")
-    label = "speed" if verdict.fits else "speed if it fit (hypothetical: it does not fit)"
-    bound = f"; bound by {s.bound}" if s.bound and not verdict.job.training else ""
-    return (f"{label}: {line}" + (f" ({s.why})" if s.why else "") + f"  [roofline with calibrated efficiencies"
-            f"{bound}; docs/estimates.md]")
+        ttft = (_(", first token after {time}").format(
+            time=_rate(s.time_to_first_token_s, "s", ranges.get("time_to_first_token_s")))
+            if s.time_to_first_token_s else "")
+        line = _("decode {decode} at the end of the context, prefill {prefill}{ttft}").format(
+            decode=_rate(s.decode_tok_s, "tok/s", ranges.get("decode_tok_s")),
+            prefill=_rate(s.prefill_tok_s, "tok/s", ranges.get("prefill_tok_s")), ttft=ttft)
+    said = _("speed: {speed}") if verdict.fits else _("speed if it fit (hypothetical: it does not fit): {speed}")
+    why = f" ({s.why})" if s.why else ""
+    basis = (_("roofline with calibrated efficiencies; bound by {bound}").format(bound=_bound(s.bound))
+             if s.bound and not verdict.job.training else _("roofline with calibrated efficiencies"))
+    return said.format(speed=line) + f"{why}  [{basis}; docs/estimates.md]"
+
+
+def _bound(name: str) -> str:
+    """What limits the decode speed (estimate.speed.decode_terms), in the reader's language."""
+    from gpufly.estimate.speed import HOST_BOUND
+
+    return {"memory bandwidth (decode)": _("memory bandwidth (decode)"), "compute (decode)": _("compute (decode)"),
+            HOST_BOUND: _("host (the engine's per-layer launch time)")}.get(name, name)
+
+
+def _item(name: str) -> str:
+    """A memory item's name (``kv_cache``, as in the JSON) in the reader's language."""
+    return {"weights": _("weights"), "kv_cache": _("kv_cache"), "activations": _("activations"),
+            "allocator": _("allocator"), "runtime": _("runtime"), "gradients": _("gradients"),
+            "optimizer": _("optimizer"), "lora_adapters": _("lora_adapters")}.get(name, name)
 
 
 def render_fit(verdict: Fit, changes: list[Change], out: Console) -> None:
     out.print(verdict.verdict, style="bold yellow" if verdict.tight else "bold green" if verdict.fits else "bold red")
     for note in verdict.notes:
-        out.print(f"note: {note}", markup=False)
-    table = Table(title="Memory per GPU", box=box.SIMPLE_HEAD, title_justify="left")
-    table.add_column("item")
+        out.print(_("note: {note}").format(note=note), markup=False)
+    table = Table(title=_("Memory per GPU"), box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column(_("item"))
     table.add_column("GiB", justify="right")
-    table.add_column("how")
+    table.add_column(_("how"))
     for item in verdict.memory.items:
-        table.add_row(item.name, _gib(item.bytes), item.note)
+        table.add_row(_item(item.name), _gib(item.bytes), item.note)
     spread = verdict.memory_range
-    of = f"of {verdict.capacity_bytes / GIB:.1f} GiB"
-    table.add_row("total", _gib(verdict.memory.total_bytes), of if spread is None else
-                  f"{of}; {_gib(spread.low)}-{_gib(spread.high)} GiB, {spread.coverage:.0%} range", style="bold")
+    of = _("of {capacity} GiB").format(capacity=f"{verdict.capacity_bytes / GIB:.1f}")
+    table.add_row(_("total"), _gib(verdict.memory.total_bytes), of if spread is None else
+                  _("{of}; {low}-{high} GiB, {coverage} range").format(
+                      of=of, low=_gib(spread.low), high=_gib(spread.high), coverage=f"{spread.coverage:.0%}"),
+                  style="bold")
     out.print(table)
     for note in verdict.memory.notes:
-        out.print(f"note: {note}", markup=False)
+        out.print(_("note: {note}").format(note=note), markup=False)
     out.print(_speed_line(verdict), markup=False)
     for basis in _bases(verdict):
-        out.print(f"range: {basis}  [docs/calibration.md]", markup=False)
+        out.print(_("range: {basis}").format(basis=basis) + "  [docs/calibration.md]", markup=False)
     if not verdict.fits and not changes:
-        out.print("none of the changes gpufly tries lowers what this job needs per GPU")
+        out.print(_("none of the changes gpufly tries lowers what this job needs per GPU"))
     elif not verdict.fits and not any(change.fit.fits for change in changes):
         closest = changes[0]
-        out.print(f"no single change makes it fit; the closest is {closest.description}: "
-                  f"{_gib(closest.fit.memory.total_bytes)} GiB per GPU, still short by "
-                  f"{-closest.fit.free_bytes / GIB:.1f} GiB", markup=False)
+        out.print(_("no single change makes it fit; the closest is {change}: {needs} GiB per GPU, still short by "
+                    "{short} GiB").format(change=closest.description, needs=_gib(closest.fit.memory.total_bytes),
+                                          short=f"{-closest.fit.free_bytes / GIB:.1f}"), markup=False)
     elif changes:
-        title = "Changes that make it fit" if not verdict.fits else "Other options"
+        title = _("Changes that make it fit") if not verdict.fits else _("Other options")
         options = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
-        for column in ("change", "per-GPU GiB", "fits"):
+        for column in (_("change"), _("per-GPU GiB"), _("verdict")):
             options.add_column(column)
         for change in changes:
-            options.add_row(change.description, _gib(change.fit.memory.total_bytes), "yes" if change.fit.fits else "no")
+            options.add_row(change.description, _gib(change.fit.memory.total_bytes),
+                            _("fits") if change.fit.fits else _("does not fit"))
         out.print(options)
 
 
 def _render_catalog(job: Job, fits: list[Fit], solved: list[dict[str, int | None]], out: Console) -> None:
-    table = Table(title=f"Across the catalog: {sum(f.fits for f in fits)} of {len(fits)} GPUs fit",
-                  box=box.SIMPLE_HEAD, title_justify="left")
+    table = Table(title=_("Across the catalog: {fitting} of {count} GPUs fit").format(
+        fitting=sum(f.fits for f in fits), count=len(fits)), box=box.SIMPLE_HEAD, title_justify="left")
     limits = list(solved[0]) if solved else []
-    for column in ("GPU", "VRAM", "needs", "free", "speed", *(LIMITS[key][2] for key in limits)):
-        table.add_column(column, justify="left" if column == "GPU" else "right")
+    columns = ("GPU", _("VRAM"), _("needs"), _("free"), _("speed"), *(_limit_words(key)[1] for key in limits))
+    for index, column in enumerate(columns):
+        table.add_column(column, justify="left" if index == 0 else "right")
     for verdict, found in zip(fits, solved, strict=True):
         value = (verdict.speed.decode_tok_s if not job.training else
                  verdict.speed.train_tokens_s or verdict.speed.train_samples_s)
         unit = "tok/s" if not job.training else ("tokens/s" if verdict.speed.train_tokens_s else "samples/s")
         table.add_row(verdict.gpu.name, f"{verdict.gpu.vram_gib:g}", _gib(verdict.memory.total_bytes),
-                      _gib(verdict.free_bytes), _rate(value, unit) if verdict.fits else "does not fit",
-                      *(f"{found[key]:,}" if found[key] else "none" for key in limits),
+                      _gib(verdict.free_bytes), _rate(value, unit) if verdict.fits else _("does not fit"),
+                      *(f"{found[key]:,}" if found[key] else _("none") for key in limits),
                       style=None if verdict.fits else "dim")
     out.print(table)
     if fits and not any(f.fits for f in fits):
-        out.print("no single GPU in the catalog fits this job; `gpufly recommend MODEL` (with the same options) "
-                  "ranks 2, 4 and 8 GPUs, or give --gpu NxNAME", markup=False)
+        out.print(_("no single GPU in the catalog fits this job; `gpufly recommend MODEL` (with the same options) "
+                    "ranks 2, 4 and 8 GPUs, or give --gpu NxNAME"), markup=False)
 
 
 def _machine_gpus() -> list[GpuChoice]:
@@ -220,13 +250,18 @@ def _catalog_view(spec: ModelSpec, base: Job, catalog: Catalog, solve: dict[str,
                     "catalog": [{**v.to_dict(), **limits} for v, limits in zip(verdicts, solved, strict=True)]})
         return
     out.print(_describe(spec, base))
-    out.print("no NVIDIA GPU from the catalog on this machine: the verdict across the catalog "
-              "(give --gpu NAME for one card)")
+    out.print(_("no NVIDIA GPU from the catalog on this machine: the verdict across the catalog "
+                "(give --gpu NAME for one card)"))
     _render_catalog(base, verdicts, solved, out)
 
 
-LIMITS = {"max_ctx": ("context", "longest context", "max ctx"), "max_batch": ("batch", "largest batch", "max batch")}
-"""What --max-ctx and --max-batch solve for: the Job field, its words in a sentence and in a column."""
+LIMITS = {"max_ctx": "context", "max_batch": "batch"}
+"""What --max-ctx and --max-batch solve for: the Job field."""
+
+
+def _limit_words(key: str) -> tuple[str, str]:
+    """A solved limit's words in a sentence and in a column, in the reader's language."""
+    return {"max_ctx": (_("longest context"), _("max ctx")), "max_batch": (_("largest batch"), _("max batch"))}[key]
 
 
 def _solve(spec: ModelSpec, gpu: GpuSpec, job: Job, solve: dict[str, bool]) -> dict[str, int | None]:
@@ -234,7 +269,7 @@ def _solve(spec: ModelSpec, gpu: GpuSpec, job: Job, solve: dict[str, bool]) -> d
     from gpufly.estimate.advise import largest
 
     uppers = {"max_ctx": spec.max_context or 1_048_576, "max_batch": 65_536}
-    return {key: largest(spec, gpu, job, LIMITS[key][0], uppers[key]) for key, wanted in solve.items() if wanted}
+    return {key: largest(spec, gpu, job, LIMITS[key], uppers[key]) for key, wanted in solve.items() if wanted}
 
 
 def fit(
@@ -251,16 +286,17 @@ def fit(
     exact: Annotated[bool, typer.Option("--exact", help="Count parameters on the meta device (transformers).")] = False,
     calibrate: Annotated[Path | None, typer.Option("--calibrate", metavar="RESULTS",
                                                    help="Predict from `gpufly bench --save` results.")] = None,
-    json_out: Json = False,
+    json_out: Json = False, lang: Lang = None,
 ) -> None:
     """Will MODEL fit on a GPU for this job? Memory breakdown, predicted speed, and what would make it fit.
 
     Examples:
       gpufly fit llama-3.1-8b --gpu 4090
       gpufly fit llama-3.1-70b --gpu 2xH100 --quant int4
-      gpufly fit qwen2.5-7b --gpu 4090 --task qlora --max-batch
+      gpufly fit qwen2.5-7b --gpu 4090 --task qlora --max-batch --lang zh
       gpufly fit llama-3.1-8b --task full --zero 3 --gpu 8xA100 --json
     """
+    choose_language(lang, json_out)
     from gpufly.catalog import default_catalog
     from gpufly.estimate.advise import changes, parse_gpu
     from gpufly.estimate.advise import fit as fit_one
@@ -292,8 +328,8 @@ def fit(
         if calibrate is not None:
             narrowed.append(_narrowing(verdict, fit_one(spec, catalog.get(target.spec.id), job)))
     solving = any(solve.values())
-    answered = all(value is not None for *_, solved in results for value in solved.values())
-    ok = answered if solving else all(verdict.fits for _, verdict, _, _ in results)
+    answered = all(value is not None for *_rest, solved in results for value in solved.values())
+    ok = answered if solving else all(verdict.fits for _target, verdict, *_rest in results)
     if json_out:
         print_json({"schema_version": SCHEMA_VERSION, "model": spec.to_dict(), "job": base.to_dict(),
                     "results": [{**solved, **v.to_dict(), "assumed": target.assumed,
@@ -302,8 +338,8 @@ def fit(
                                 for i, (target, v, ch, solved) in enumerate(results)]})
     else:
         for note in calibration:
-            out.print(f"calibrated: {note}")
-        for i, (_, verdict, found_changes, solved) in enumerate(results):
+            out.print(_("calibrated: {note}").format(note=note))
+        for i, (_target, verdict, found_changes, solved) in enumerate(results):
             _render_result(spec, verdict, found_changes, solved, out)
             for line in _narrowing_lines(narrowed[i] if narrowed else {}):
                 out.print(line, markup=False)
@@ -326,15 +362,21 @@ def _narrowing(calibrated: Fit, datasheet: Fit) -> dict[str, dict[str, float]]:
     return found
 
 
-NARROWED_LABELS = {"decode_tok_s": ("decode", "tok/s"), "prefill_tok_s": ("prefill", "tok/s"),
-                   "time_to_first_token_s": ("first token", "s"), "train_tokens_s": ("training", "tokens/s"),
-                   "train_samples_s": ("training", "samples/s")}
+NARROWED_UNITS = {"decode_tok_s": "tok/s", "prefill_tok_s": "tok/s", "time_to_first_token_s": "s",
+                  "train_tokens_s": "tokens/s", "train_samples_s": "samples/s"}
+
+
+def _narrowed_label(name: str) -> str:
+    return {"decode_tok_s": _("decode"), "prefill_tok_s": _("prefill"), "time_to_first_token_s": _("first token"),
+            "train_tokens_s": _("training"), "train_samples_s": _("training")}[name]
 
 
 def _narrowing_lines(narrowed: dict[str, dict[str, float]]) -> list[str]:
-    return [f"calibrated range: {NARROWED_LABELS[name][0]} {_number(n['low'])}-{_number(n['high'])} "
-            f"{NARROWED_LABELS[name][1]} (datasheet {_number(n['datasheet_low'])}-{_number(n['datasheet_high'])}): "
-            f"{n['narrower_by']:.0%} narrower" for name, n in narrowed.items()]
+    return [_("calibrated range: {what} {low}-{high} {unit} (datasheet {paper_low}-{paper_high}): {narrower} "
+              "narrower").format(what=_narrowed_label(name), low=_number(n["low"]), high=_number(n["high"]),
+                                 unit=NARROWED_UNITS[name], paper_low=_number(n["datasheet_low"]),
+                                 paper_high=_number(n["datasheet_high"]), narrower=f"{n['narrower_by']:.0%}")
+            for name, n in narrowed.items()]
 
 
 def _render_result(spec: ModelSpec, verdict: Fit, found_changes: list[Change], solved: dict[str, int | None],
@@ -342,17 +384,18 @@ def _render_result(spec: ModelSpec, verdict: Fit, found_changes: list[Change], s
     """One target's answer: what --max-ctx/--max-batch solved for first, then the verdict at the given job."""
     where = f"{verdict.job.gpus}x {verdict.gpu.name}" if verdict.job.gpus > 1 else verdict.gpu.name
     for key, value in solved.items():
-        field, label, _ = LIMITS[key]
+        field, label = LIMITS[key], _limit_words(key)[0]
         if value is None:
-            out.print(f"{label} on {where}: none fits, even at 1", style="bold red")
+            out.print(_("{limit} on {where}: none fits, even at 1").format(limit=label, where=where), style="bold red")
             continue
-        ceiling = " (the model's maximum, max_position_embeddings)" if (
+        ceiling = _(" (the model's maximum, max_position_embeddings)") if (
             field == "context" and value == spec.max_context) else ""
-        out.print(f"{label} that fits on {where}: {value:,}{ceiling}", style="bold green")
+        out.print(_("{limit} that fits on {where}: {value}{ceiling}").format(
+            limit=label, where=where, value=f"{value:,}", ceiling=ceiling), style="bold green")
     if solved:
-        shown = ", ".join(f"--{LIMITS[key][0].replace('context', 'ctx')} {getattr(verdict.job, LIMITS[key][0]):,}"
+        shown = ", ".join(f"--{LIMITS[key].replace('context', 'ctx')} {getattr(verdict.job, LIMITS[key]):,}"
                           for key in solved)
-        out.print(f"at the given {shown}:")
+        out.print(_("at the given {options}:").format(options=shown))
     out.print(_describe(spec, verdict.job))
     render_fit(verdict, found_changes, out)
 
@@ -369,17 +412,19 @@ def recommend(
     max_gpus: Annotated[int, typer.Option("--max-gpus", help="At most this many GPUs (1, 2, 4, 8).")] = 8,
     prefer: Annotated[str, typer.Option("--prefer", help="Rank by speed, cost or power.")] = "speed",
     top: Annotated[int, typer.Option("--top", help="Show this many.")] = 15,
-    json_out: Json = False,
+    json_out: Json = False, lang: Lang = None,
 ) -> None:
     """Rank catalog GPUs (and how many of each) that fit MODEL for this job.
 
     Examples:
       gpufly recommend llama-3.1-8b
       gpufly recommend llama-3.1-70b --quant int4 --budget 5000
-      gpufly recommend qwen2.5-7b --task lora --prefer cost --top 5
+      gpufly recommend qwen2.5-7b --task lora --prefer cost --top 5 --lang zh
     """
     from gpufly.catalog import default_catalog
     from gpufly.estimate.advise import recommend as rank
+
+    choose_language(lang, json_out)
 
     if top < 1:
         raise GpuflyError(f"--top must be at least 1, got {top}", hint="e.g. --top 10")
@@ -398,8 +443,9 @@ def recommend(
     out = console()
     out.print(_describe(spec, job))
     if not ranking.picks:
-        out.print("no GPU in the catalog fits this job" + (" within the budget" if budget else "")
-                  + f" with up to {max_gpus} GPUs")
+        nothing = (_("no GPU in the catalog fits this job within the budget with up to {count} GPUs") if budget
+                   else _("no GPU in the catalog fits this job with up to {count} GPUs"))
+        out.print(nothing.format(count=max_gpus))
         return
     _render_ranking(ranking, budget, top, out)
 
@@ -414,19 +460,20 @@ def _headline_range(pick: Pick) -> Estimate | None:
 
 
 def _render_ranking(ranking: Ranking, budget: float | None, top: int, out: Console) -> None:
-    from gpufly.estimate.advise import TIE_BREAK
-
-    table = Table(title=f"Best GPUs, by {ranking.prefer}" + (f", within ${budget:,.0f}" if budget else ""),
-                  box=box.SIMPLE_HEAD, title_justify="left")
-    for column in ("#", "tie", "GPUs", "per-GPU GiB", "speed", "price", "per $1k", "per kW"):
-        table.add_column(column, justify="left" if column == "GPUs" else "right")
+    preference = {"speed": _("speed"), "cost": _("cost"), "power": _("power")}.get(ranking.prefer, ranking.prefer)
+    title = (_("Best GPUs, by {preference}, within {budget}") if budget else _("Best GPUs, by {preference}")).format(
+        preference=preference, budget=f"${budget or 0:,.0f}")
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
+    columns = ("#", _("tie"), _("GPUs"), _("per-GPU GiB"), _("speed"), _("price"), _("per $1k"), _("per kW"))
+    for index, column in enumerate(columns):
+        table.add_column(column, justify="left" if index == 2 else "right")
     for index, pick in enumerate(ranking.picks[:top]):
         count = pick.fit.job.gpus
         group = ranking.tie_group(index)
         table.add_row(str(index + 1), f"={group}" if group else "",
                       f"{count}x {pick.fit.gpu.name}" if count > 1 else pick.fit.gpu.name,
                       f"{_gib(pick.fit.memory.total_bytes)} / {pick.fit.gpu.vram_gib:g}"
-                      + (" (tight)" if pick.fit.tight else ""),
+                      + (_(" (tight)") if pick.fit.tight else ""),
                       _rate(pick.throughput, pick.unit.split()[0], _headline_range(pick)),
                       f"${pick.price_usd:,.0f}" if pick.price_usd else MISSING,
                       f"{pick.per_dollar * 1000:,.1f}" if pick.per_dollar else MISSING,
@@ -435,17 +482,18 @@ def _render_ranking(ranking: Ranking, budget: float | None, top: int, out: Conso
     for number, (start, end) in enumerate(ranking.groups, 1):
         if start >= top:
             break
-        out.print(f"tie ={number}: setups {start + 1}-{end} ({end - start}) are within the prediction's error "
-                  f"(+-{ranking.error:.0%}, the calibrated median) of each other: ordered by {TIE_BREAK}",
-                  markup=False)
+        out.print(_("tie ={group}: setups {first}-{last} ({count}) are within the prediction's error (+-{error}, the "
+                    "calibrated median) of each other: ordered by {order}").format(
+                        group=number, first=start + 1, last=end, count=end - start, error=f"{ranking.error:.0%}",
+                        order=_("price, then power, then memory headroom")), markup=False)
     if any(pick.fit.tight for pick in ranking.picks[:top]):
-        out.print("(tight): fits with less room than the memory estimate's median error; a real run may not fit")
+        out.print(_("(tight): fits with less room than the memory estimate's median error; a real run may not fit"))
     if ranking.engine_limit:
-        out.print(f"note: {ranking.engine_limit}", markup=False)
-    out.print("Prices are launch MSRPs where the vendor published one; data-center GPUs have none.")
+        out.print(_("note: {note}").format(note=ranking.engine_limit), markup=False)
+    out.print(_("Prices are launch MSRPs where the vendor published one; data-center GPUs have none."))
 
 
-def models(json_out: Json = False) -> None:
+def models(json_out: Json = False, lang: Lang = None) -> None:
     """List the preset models.
 
     Examples:
@@ -454,13 +502,16 @@ def models(json_out: Json = False) -> None:
     """
     from gpufly.models.presets import presets
 
+    choose_language(lang, json_out)
+
     found = presets()
     if json_out:
         print_json({"schema_version": SCHEMA_VERSION, "presets": list(found.values())})
         return
-    table = Table(title=f"{len(found)} preset models", box=box.SIMPLE_HEAD, title_justify="left")
-    for column in ("id", "name", "kind", "params"):
-        table.add_column(column, justify="right" if column == "params" else "left")
+    table = Table(title=ngettext("{count} preset model", "{count} preset models", len(found)).format(
+        count=len(found)), box=box.SIMPLE_HEAD, title_justify="left")
+    for index, column in enumerate(("id", _("name"), _("kind"), _("params"))):
+        table.add_column(column, justify="right" if index == 3 else "left")
     for preset in found.values():
         params = preset.get("published_params")
         shown = f"{params / 1e9:.2f} B" if params else MISSING

@@ -263,7 +263,6 @@ def report(
 
     Examples:
       gpufly report
-      gpufly report --html report.html
       gpufly report --bench-file bench.json --tune results.jsonl --json
       gpufly report --budget 3000 --lang zh
       gpufly report --fleet fleet/ --html report.html

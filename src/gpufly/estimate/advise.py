@@ -24,6 +24,7 @@ from gpufly.estimate.job import Job
 from gpufly.estimate.memory import MemoryBreakdown, lora_adapter_params, memory
 from gpufly.estimate.ranges import Estimate, memory_estimate, speed_estimates
 from gpufly.estimate.speed import HOST_BOUND, Speed, speed
+from gpufly.i18n import gettext as _
 from gpufly.models.spec import ModelSpec
 
 GPU_COUNTS = (1, 2, 4, 8)
@@ -95,11 +96,12 @@ class Fit:
         gib = abs(self.free_bytes) / GIB
         where = f"{self.job.gpus}x {self.gpu.name}" if self.job.gpus > 1 else self.gpu.name
         if self.tight:
-            return (f"fits on {where} with only {gib:.2f} GiB free per GPU: within the memory estimate's error "
-                    f"(median {VRAM_MEDIAN_ERROR:.1%}), so a real run may not fit")
+            return _("fits on {where} with only {free} GiB free per GPU: within the memory estimate's error (median "
+                     "{error}), so a real run may not fit").format(where=where, free=f"{gib:.2f}",
+                                                                   error=f"{VRAM_MEDIAN_ERROR:.1%}")
         if self.fits:
-            return f"fits on {where}, with {gib:.1f} GiB free per GPU"
-        return f"does not fit on {where}: short by {gib:.1f} GiB per GPU"
+            return _("fits on {where}, with {free} GiB free per GPU").format(where=where, free=f"{gib:.1f}")
+        return _("does not fit on {where}: short by {short} GiB per GPU").format(where=where, short=f"{gib:.1f}")
 
     def to_dict(self) -> dict[str, Any]:
         predicted = self.speed.to_dict()
@@ -365,9 +367,11 @@ def _engine_limit(job: Job, picks: list[Pick]) -> str | None:
     gguf = weight_format(job.quant).engine_family == "gguf"
     better = "--engine llama.cpp" if gguf else "--engine vllm (or --engine llama.cpp --quant q4_k_m)"
     per_token_ms = 1e3 * job.batch / (fastest.throughput or 1.0)
-    return (f"{runtime.display} is the limit, not the GPU: its eager decode launches each layer's kernels from "
-            f"the host, about {per_token_ms:.0f} ms a step for this model whatever the GPU, so {len(floored)} setups "
-            f"predict the same {fastest.throughput:,.0f} tok/s; {better} would separate them")
+    return _("{engine} is the limit, not the GPU: its eager decode launches each layer's kernels from the host, "
+             "about {step} ms a step for this model whatever the GPU, so {count} setups predict the same {speed} "
+             "tok/s; {better} would separate them").format(engine=runtime.display, step=f"{per_token_ms:.0f}",
+                                                           count=len(floored), speed=f"{fastest.throughput:,.0f}",
+                                                           better=better)
 
 
 def recommend(model: ModelSpec, job: Job, catalog: Iterable[GpuSpec], budget_usd: float | None = None,

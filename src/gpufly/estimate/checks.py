@@ -14,6 +14,7 @@ from gpufly.catalog.spec import RATE_FIELDS, GpuSpec
 from gpufly.errors import GpuflyError
 from gpufly.estimate.engines import engine
 from gpufly.estimate.job import Job
+from gpufly.i18n import gettext as _
 from gpufly.models.spec import ModelSpec
 
 
@@ -25,9 +26,10 @@ def context_note(model: ModelSpec, job: Job) -> str | None:
     if limit is None or job.context <= limit:
         return None
     if model.rope_scaling is not None:
-        return (f"--ctx {job.context:,} is beyond {model.name}'s max_position_embeddings ({limit:,}); its config "
-                f"declares RoPE scaling ({model.rope_scaling.described}), so the estimate goes on, but quality past "
-                "that length is not the model's published one")
+        return _("--ctx {ctx} is beyond {model}'s max_position_embeddings ({limit}); its config declares RoPE "
+                 "scaling ({scaling}), so the estimate goes on, but quality past that length is not the model's "
+                 "published one").format(ctx=f"{job.context:,}", model=model.name, limit=f"{limit:,}",
+                                         scaling=model.rope_scaling.described)
     raise GpuflyError(f"--ctx {job.context:,} is beyond {model.name}'s maximum context of {limit:,} tokens "
                       "(max_position_embeddings), and its config declares no RoPE scaling to stretch it",
                       hint=f"use --ctx {limit} or less, or --max-ctx for the longest context that fits")
@@ -90,10 +92,11 @@ def die_note(gpu: GpuSpec, count: int) -> str | None:
         return None
     device = device_spec(gpu)
     cards = count / gpu.dies
-    shown = f"{cards:g} card" + ("" if cards == 1 else "s")
-    return (f"the {gpu.name} is {gpu.dies} devices to the software (one per die, each {device.vram_gib:g} GiB and "
-            f"{device.memory_bandwidth_gbps:,.0f} GB/s): --gpu counts devices, so {count} is {shown}; "
-            f"--gpu {gpu.dies}x{gpu.name.replace(' ', '')} is the whole card")
+    shown = (_("{cards} card") if cards == 1 else _("{cards} cards")).format(cards=f"{cards:g}")
+    return _("the {gpu} is {dies} devices to the software (one per die, each {vram} GiB and {bandwidth} GB/s): --gpu "
+             "counts devices, so {count} is {cards}; --gpu {whole} is the whole card").format(
+        gpu=gpu.name, dies=gpu.dies, vram=f"{device.vram_gib:g}", bandwidth=f"{device.memory_bandwidth_gbps:,.0f}",
+        count=count, cards=shown, whole=f"{gpu.dies}x{gpu.name.replace(' ', '')}")
 
 
 def check_job(model: ModelSpec, gpu: GpuSpec, job: Job) -> tuple[str, ...]:

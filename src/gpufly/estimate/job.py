@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from gpufly.errors import GpuflyError, unknown_choice
+from gpufly.i18n import gettext as _
 
 if TYPE_CHECKING:
     from gpufly.models.spec import ModelSpec
@@ -130,13 +131,15 @@ class Job:
     @property
     def checkpointing_reason(self) -> str:
         """Whether gradient checkpointing applies and why: the task's recipe default, or the option that overrode it."""
-        state = "on" if self.checkpointing else "off"
         default, who = RECIPE_CHECKPOINTING[self.task]
         if self.checkpointing == default:
-            return f"checkpointing {state}, the {self.task} recipe's default: {who}"
-        flag = "--checkpointing" if self.checkpointing else "--no-checkpointing"
-        usual = "on" if default else "off"
-        return f"checkpointing {state} by {flag}; the {self.task} recipe's default is {usual}: {who}"
+            said = (_("checkpointing on, the {task} recipe's default: {who}") if self.checkpointing
+                    else _("checkpointing off, the {task} recipe's default: {who}"))
+            return said.format(task=self.task, who=who)
+        said = (_("checkpointing on by --checkpointing; the {task} recipe's default is off: {who}")
+                if self.checkpointing else
+                _("checkpointing off by --no-checkpointing; the {task} recipe's default is on: {who}"))
+        return said.format(task=self.task, who=who)
 
 
 def _fsdp_stage(fsdp: str, zero: int) -> int:
@@ -155,21 +158,25 @@ def _unused_options(task: str, *, zero: int, fsdp: str | None, lora_rank: int | 
     """A sentence for each option given that ``task`` (or another option given) does not use."""
     unused = []
     if fp32 and task == "infer" and quant is not None and quant.lower() not in ("fp32", "bf16"):
-        unused.append(f"--fp32 sets fp32 weights only where --quant is not given; the weights are --quant {quant} "
-                      "(ignored)")
+        unused.append(_("--fp32 sets fp32 weights only where --quant is not given; the weights are --quant {quant} "
+                        "(ignored)").format(quant=quant))
     if task == "infer":
         if fsdp is not None:
-            unused.append(f"--fsdp {fsdp} shards training state; inference does not use it (ignored)")
+            unused.append(_("--fsdp {fsdp} shards training state; inference does not use it (ignored)").format(
+                fsdp=fsdp))
         elif zero:
-            unused.append(f"--zero {zero} shards training state; inference does not use it (ignored)")
+            unused.append(_("--zero {zero} shards training state; inference does not use it (ignored)").format(
+                zero=zero))
         if checkpointing:
-            unused.append("--checkpointing saves training activations; inference does not use it (ignored)")
+            unused.append(_("--checkpointing saves training activations; inference does not use it (ignored)"))
     if task not in ("lora", "qlora"):
-        work = "inference" if task == "infer" else "full training"
+        work = _("inference") if task == "infer" else _("full training")
         if lora_rank is not None:
-            unused.append(f"--lora-rank applies to --task lora or qlora; {work} does not use it (ignored)")
+            unused.append(_("--lora-rank applies to --task lora or qlora; {work} does not use it (ignored)").format(
+                work=work))
         if lora_targets is not None:
-            unused.append(f"--lora-targets applies to --task lora or qlora; {work} does not use it (ignored)")
+            unused.append(_("--lora-targets applies to --task lora or qlora; {work} does not use it (ignored)").format(
+                work=work))
     return unused
 
 

@@ -14,6 +14,7 @@ from gpufly.errors import GpuflyError, unknown_choice
 from gpufly.estimate.engines import ALLOCATOR_FRAGMENTATION, ENGINES, GIB, Engine, engine
 from gpufly.estimate.formats import WeightFormat, kv_bytes, kv_key, same_format, weight_format
 from gpufly.estimate.job import DEFAULT_LORA_TARGETS, Job
+from gpufly.i18n import gettext as _
 from gpufly.models.spec import ModelSpec
 
 LLAMA_CPP_BATCH = 512
@@ -133,8 +134,8 @@ def _llama_cpp_compute_buffer(spec: ModelSpec, context: int) -> int:
 def _context_items(items: list[MemoryItem], context_bytes: int, note: str) -> list[MemoryItem]:
     """A PyTorch process's items: the caching allocator's share on top, then the CUDA context."""
     fragmentation = round(sum(item.bytes for item in items) * ALLOCATOR_FRAGMENTATION)
-    return [*items, MemoryItem("allocator", fragmentation, f"{ALLOCATOR_FRAGMENTATION:.0%} rounding and "
-                               "fragmentation"), MemoryItem("runtime", context_bytes, note)]
+    return [*items, MemoryItem("allocator", fragmentation, _("{share} rounding and fragmentation").format(
+        share=f"{ALLOCATOR_FRAGMENTATION:.0%}")), MemoryItem("runtime", context_bytes, note)]
 
 
 def host_embedding_bytes(spec: ModelSpec, fmt: WeightFormat) -> int:
@@ -153,8 +154,10 @@ def host_embedding_bytes(spec: ModelSpec, fmt: WeightFormat) -> int:
 
 def _weights_note(spec: ModelSpec, fmt: WeightFormat) -> str:
     if exact_bytes(spec, fmt):
-        return f"{spec.params:,} params at {fmt.name}, exact bytes from the file"
-    return f"{spec.params:,} params at {fmt.name} ({fmt.bits_per_weight:.3g} bits/weight)"
+        return _("{params} params at {format}, exact bytes from the file").format(
+            params=f"{spec.params:,}", format=fmt.name)
+    return _("{params} params at {format} ({bits} bits/weight)").format(
+        params=f"{spec.params:,}", format=fmt.name, bits=f"{fmt.bits_per_weight:.3g}")
 
 
 _GGUF_COUSIN = {8: "q8_0", 4: "q4_k_m"}
@@ -165,15 +168,16 @@ def engine_format_note(runtime: Engine, fmt: WeightFormat) -> str | None:
     """A warning where the engine does not run the format natively (the estimate goes on with the
     format's size): GGUF types outside llama.cpp, bitsandbytes/GPTQ/AWQ/fp8 inside it."""
     if fmt.engine_family == "gguf" and runtime.name == "transformers":
-        return (f"transformers does not run GGUF {fmt.name} weights: it dequantizes a GGUF file to 16-bit when it "
-                f"loads it (the estimate keeps {fmt.name}'s size); use --engine llama.cpp")
+        return _("transformers does not run GGUF {format} weights: it dequantizes a GGUF file to 16-bit when it "
+                 "loads it (the estimate keeps {format}'s size); use --engine llama.cpp").format(format=fmt.name)
     if fmt.engine_family == "gguf" and runtime.name == "vllm":
-        return (f"vLLM's GGUF support is experimental and it runs its own formats (fp8, int8, int4 AWQ/GPTQ) "
-                f"better than {fmt.name}: use --engine llama.cpp for a GGUF model, or --quant int4 with vLLM")
+        return _("vLLM's GGUF support is experimental and it runs its own formats (fp8, int8, int4 AWQ/GPTQ) "
+                 "better than {format}: use --engine llama.cpp for a GGUF model, or --quant int4 with vLLM").format(
+            format=fmt.name)
     if fmt.engine_family == "torch" and runtime.name == "llama.cpp" and fmt.bits_per_weight < 16:
         cousin = _GGUF_COUSIN.get(round(fmt.bits_per_weight), "q4_k_m")
-        return (f"llama.cpp does not run {fmt.name} weights (it runs GGUF types): --quant {cousin} is its "
-                f"nearest format")
+        return _("llama.cpp does not run {format} weights (it runs GGUF types): --quant {nearest} is its nearest "
+                 "format").format(format=fmt.name, nearest=cousin)
     return None
 
 
@@ -186,9 +190,11 @@ def engine_kv_note(runtime: Engine, kv_format: str) -> str | None:
     size = kv_bytes(kv)
     nearest = min(runtime.kv_formats, key=lambda name: abs(kv_bytes(name) - size))
     others = [other.name for other in ENGINES.values() if kv in other.kv_formats]
-    elsewhere = f", or --engine {others[0]} runs it" if others else ""
-    return (f"{runtime.display} has no {kv} KV cache (its KV formats: {', '.join(runtime.kv_formats)}): "
-            f"--kv {nearest} is its nearest{elsewhere} (the estimate keeps {kv}'s size)")
+    elsewhere = _(", or --engine {engine} runs it").format(engine=others[0]) if others else ""
+    return _("{engine} has no {kv} KV cache (its KV formats: {formats}): --kv {nearest} is its nearest{elsewhere} "
+             "(the estimate keeps {kv}'s size)").format(engine=runtime.display, kv=kv,
+                                                        formats=", ".join(runtime.kv_formats), nearest=nearest,
+                                                        elsewhere=elsewhere)
 
 
 def inference_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
@@ -206,30 +212,35 @@ def inference_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
     weights_note = _weights_note(spec, fmt)
     if runtime.name == "llama.cpp":
         activations = _llama_cpp_compute_buffer(spec, context)
-        act_note = f"compute buffer at n_ctx {context:,}, n_batch {LLAMA_CPP_BATCH} (ollama's GraphSize formula)"
+        act_note = _("compute buffer at n_ctx {context}, n_batch {batch} (ollama's GraphSize formula)").format(
+            context=f"{context:,}", batch=LLAMA_CPP_BATCH)
         on_host = host_embedding_bytes(spec, fmt)
         if on_host:
             weights -= on_host
-            weights_note += f"; the token embedding ({on_host / GIB:.2f} GiB) stays in host memory"
+            weights_note += _("; the token embedding ({size} GiB) stays in host memory").format(
+                size=f"{on_host / GIB:.2f}")
     elif spec.is_transformer:
         tokens = context * job.batch
         if runtime.name == "vllm":
             tokens = min(tokens, VLLM_MAX_BATCHED_TOKENS)
         activations = _prefill_activation_bytes(spec, tokens) // tp + job.batch * (spec.vocab or 0) * 4
-        act_note = f"prefill peak for {tokens:,} tokens (flash attention) + fp32 logits of the last token"
+        act_note = _("prefill peak for {tokens} tokens (flash attention) + fp32 logits of the last token").format(
+            tokens=f"{tokens:,}")
     else:
         activations = round((spec.activation_bytes_per_sample or 0) * job.batch)
-        act_note = "upper bound: the activations a training step saves, per sample x batch"
+        act_note = _("upper bound: the activations a training step saves, per sample x batch")
     items = [
-        MemoryItem("weights", weights // tp, weights_note + (f", split over {tp} GPUs" if tp > 1 else "")),
-        MemoryItem("kv_cache", kv // kv_split, f"{job.batch} x {context:,} tokens at {job.kv_format}"),
+        MemoryItem("weights", weights // tp,
+                   weights_note + (_(", split over {count} GPUs").format(count=tp) if tp > 1 else "")),
+        MemoryItem("kv_cache", kv // kv_split, _("{batch} x {context} tokens at {format}").format(
+            batch=job.batch, context=f"{context:,}", format=job.kv_format)),
         MemoryItem("activations", activations, act_note),
     ]
     notes += [note for note in (engine_format_note(runtime, fmt), engine_kv_note(runtime, job.kv_format)) if note]
     if runtime.name == "vllm":
-        notes.append(f"vLLM takes gpu_memory_utilization x VRAM ({job.gpu_memory_utilization:.0%}) at start "
-                     "and fills what is left with KV cache blocks")
-    runtime_note = f"{runtime.name} CUDA context and buffers"
+        notes.append(_("vLLM takes gpu_memory_utilization x VRAM ({share}) at start and fills what is left with KV "
+                       "cache blocks").format(share=f"{job.gpu_memory_utilization:.0%}"))
+    runtime_note = _("{engine} CUDA context and buffers").format(engine=runtime.name)
     if runtime.name == "llama.cpp":
         return MemoryBreakdown((*items, MemoryItem("runtime", runtime.context_bytes, runtime_note)), gpus=tp,
                                notes=tuple(notes))
@@ -296,10 +307,11 @@ def training_activation_bytes(spec: ModelSpec, job: Job) -> tuple[int, str]:
     if not spec.is_transformer:
         per_sample = spec.activation_bytes_per_sample
         if per_sample is None:
-            return 0, "unknown: no activation measurement for this model"
+            return 0, _("unknown: no activation measurement for this model")
         factor = 0.5 if job.mixed_precision else 1.0
-        return round(per_sample * job.batch * factor), "fake-tensor count of saved tensors" + (
-            ", halved for 16-bit autocast" if job.mixed_precision else "")
+        return round(per_sample * job.batch * factor), (
+            _("fake-tensor count of saved tensors, halved for 16-bit autocast") if job.mixed_precision
+            else _("fake-tensor count of saved tensors"))
     assert spec.attention is not None and spec.layers is not None and spec.hidden is not None
     s, b, h, heads = job.context, job.batch, spec.hidden, spec.heads or 1
     kv_width = (2 * spec.attention.kv_heads * spec.attention.head_dim if spec.attention.kind == "mha"
@@ -308,10 +320,11 @@ def training_activation_bytes(spec: ModelSpec, job: Job) -> tuple[int, str]:
     per_layer += 4 * heads * s * b if job.flash_attention else 4 * heads * s * s * b * scale
     if job.checkpointing:
         body = spec.layers * 2 * s * b * h * scale + per_layer
-        how = "full checkpointing: layer inputs kept, one layer recomputed"
+        how = _("full checkpointing: layer inputs kept, one layer recomputed")
     else:
         body = spec.layers * per_layer
-        how = "all layers' activations" + (" (flash attention)" if job.flash_attention else " (eager attention)")
+        how = (_("all layers' activations (flash attention)") if job.flash_attention
+               else _("all layers' activations (eager attention)"))
     logits = 10 * b * s * (spec.vocab or 0) if spec.kind == "decoder" else 0
     return body + logits, how
 
@@ -322,22 +335,28 @@ def _shards(job: Job) -> dict[str, int]:
             (("optimizer", 1), ("gradients", 2), ("weights", 3))}
 
 
+def _zero_note(job: Job) -> str:
+    """`` / 4 (ZeRO-3)``: a state split across the GPUs by the job's ZeRO stage (empty on one GPU)."""
+    return f" / {job.gpus} (ZeRO-{job.zero})" if job.zero and job.gpus > 1 else ""
+
+
 def _lora_items(spec: ModelSpec, job: Job) -> list[MemoryItem]:
     """LoRA and QLoRA: the frozen base (sharded at ZeRO-3, as FSDP-QLoRA does), and fp32 adapters whose
     gradients (ZeRO-2) and optimizer states (ZeRO-1) shard like a full model's."""
-    n, shard = job.gpus, _shards(job)
+    shard = _shards(job)
     base = weight_format("nf4" if job.task == "qlora" else job.quant)
     adapters = lora_adapter_params(spec, job)
-    zero_note = f" / {n} (ZeRO-{job.zero})" if job.zero and n > 1 else ""
+    zero_note = _zero_note(job)
     adapter_bytes = 4 * adapters // shard["weights"] + 4 * adapters // shard["gradients"]
     return [
         MemoryItem("weights", weight_bytes(spec, base) // shard["weights"],
-                   f"frozen base at {base.name}" + (zero_note if job.zero >= 3 else "")),
+                   _("frozen base at {format}").format(format=base.name) + (zero_note if job.zero >= 3 else "")),
         MemoryItem("lora_adapters", adapter_bytes,
-                   f"rank {job.lora_rank} on {', '.join(job.lora_targets)}: {adapters:,} params, fp32 "
-                   "weights and gradients" + (zero_note if job.zero >= 2 else "")),
+                   _("rank {rank} on {targets}: {params} params, fp32 weights and gradients").format(
+                       rank=job.lora_rank, targets=", ".join(job.lora_targets), params=f"{adapters:,}")
+                   + (zero_note if job.zero >= 2 else "")),
         MemoryItem("optimizer", _optimizer_state_bytes(spec, job, adapters) // shard["optimizer"],
-                   f"{job.optimizer} states" + (zero_note if job.zero >= 1 else "")),
+                   _("{optimizer} states").format(optimizer=job.optimizer) + (zero_note if job.zero >= 1 else "")),
     ]
 
 
@@ -351,23 +370,25 @@ def training_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
         master = 4 * params if job.mixed_precision else 0
         states = _optimizer_state_bytes(spec, job, params)
         shard = _shards(job)
-        zero_note = f" / {n} (ZeRO-{job.zero})" if job.zero and n > 1 else ""
+        zero_note = _zero_note(job)
         items += [
             MemoryItem("weights", weight_b * params // shard["weights"],
-                       f"{params:,} params at {weight_b} B" + (zero_note if job.zero >= 3 else "")),
+                       _("{params} params at {size} B").format(params=f"{params:,}", size=weight_b)
+                       + (zero_note if job.zero >= 3 else "")),
             MemoryItem("gradients", grad_b * params // shard["gradients"],
-                       f"{grad_b} B per param" + (zero_note if job.zero >= 2 else "")),
+                       _("{size} B per param").format(size=grad_b) + (zero_note if job.zero >= 2 else "")),
             MemoryItem("optimizer", (master + states) // shard["optimizer"],
-                       (f"fp32 master weights + {job.optimizer} states" if master else f"{job.optimizer} states")
-                       + (zero_note if job.zero >= 1 else "")),
+                       (_("fp32 master weights + {optimizer} states") if master else _("{optimizer} states")).format(
+                           optimizer=job.optimizer) + (zero_note if job.zero >= 1 else "")),
         ]
     else:
         items += _lora_items(spec, job)
     activations, how = training_activation_bytes(spec, job)
-    items.append(MemoryItem("activations", activations, f"micro-batch {job.batch} x {job.context:,}: {how}"))
+    items.append(MemoryItem("activations", activations, _("micro-batch {batch} x {context}: {how}").format(
+        batch=job.batch, context=f"{job.context:,}", how=how)))
     notes = (job.checkpointing_reason,) if spec.is_transformer else ()
     return MemoryBreakdown(tuple(_context_items(items, engine("transformers").context_bytes,
-                                                "PyTorch CUDA context")), gpus=n, notes=notes)
+                                                _("PyTorch CUDA context"))), gpus=n, notes=notes)
 
 
 def memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:

@@ -32,6 +32,8 @@ from gpufly.estimate.engines import engine
 from gpufly.estimate.formats import weight_format
 from gpufly.estimate.job import Job
 from gpufly.estimate.speed import Speed
+from gpufly.i18n import gettext as _
+from gpufly.i18n import ngettext
 from gpufly.models.spec import ModelSpec
 
 COVERAGE = 0.8
@@ -188,9 +190,10 @@ class Basis:
     narrowed: str = ""
 
     def text(self) -> str:
-        base = f"{self.rows} fit rows, {self.group}" if self.rows else f"no fit rows: {self.group}"
-        return (base + (f"; widened: {', '.join(self.widened)}" if self.widened else "")
-                + (f"; narrowed: {self.narrowed}" if self.narrowed else ""))
+        base = (ngettext("{rows} fit row, {group}", "{rows} fit rows, {group}", self.rows) if self.rows
+                else _("no fit rows: {group}")).format(rows=self.rows, group=self.group)
+        return (base + (_("; widened: {why}").format(why=", ".join(self.widened)) if self.widened else "")
+                + (_("; narrowed: {why}").format(why=self.narrowed) if self.narrowed else ""))
 
     def to_dict(self) -> dict[str, Any]:
         return {"rows": self.rows, "group": self.group, "widened": bool(self.widened),
@@ -205,12 +208,13 @@ def _outside(band: Band, where: Where) -> list[str]:
     """What about the job the band's rows did not cover."""
     missing = []
     if where.metric not in MEMORY_METRICS and not where.calibrated and where.family not in band.families:
-        missing.append(f"no fit rows on {where.family} GPUs")
+        missing.append(_("no fit rows on {family} GPUs").format(family=where.family))
     if where.format not in band.formats:
-        missing.append(f"no fit rows at {where.format}")
+        missing.append(_("no fit rows at {format}").format(format=where.format))
     smallest, largest = band.params_b
     if not smallest / SIZE_MARGIN <= where.params_b <= largest * SIZE_MARGIN:
-        missing.append(f"no fit rows near {where.params_b:.1f} B params (rows cover {smallest:g}-{largest:g} B)")
+        missing.append(_("no fit rows near {size} B params (rows cover {smallest}-{largest} B)").format(
+            size=f"{where.params_b:.1f}", smallest=f"{smallest:g}", largest=f"{largest:g}"))
     return missing
 
 
@@ -229,12 +233,14 @@ def band_for(where: Where, table: RangeTable | None = None) -> tuple[float, floa
         band, scale, label = own, 1.0, f"{engine_name}{where.metric}, {group}"
     elif shared is None:
         low, high = NO_ROWS
-        return low, high, Basis(0, f"{where.metric} has no published rows; a factor of 2 either way", ("no rows",))
+        return low, high, Basis(0, _("{metric} has no published rows; a factor of 2 either way").format(
+            metric=where.metric), (_("no rows"),))
     else:
         band = shared
         scale, label = SMALL_GROUP_WIDENING, f"{where.metric}, all engines, {band.regime}"
-        widened.append(f"only {own.rows} fit rows for {where.engine}, {group}" if own else
-                       f"no fit rows for {where.engine}, {group}")
+        widened.append(ngettext("only {rows} fit row for {engine}, {group}", "only {rows} fit rows for {engine}, "
+                                "{group}", own.rows).format(rows=own.rows, engine=where.engine, group=group) if own
+                       else _("no fit rows for {engine}, {group}").format(engine=where.engine, group=group))
     outside = _outside(band, where)
     if outside:
         scale *= OUTSIDE_WIDENING

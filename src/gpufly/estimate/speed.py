@@ -25,6 +25,7 @@ from gpufly.estimate.engines import (
 from gpufly.estimate.formats import WeightFormat, kv_bytes, weight_format
 from gpufly.estimate.job import Job
 from gpufly.estimate.memory import kv_cache_bytes, lm_head_params, training_activation_bytes, weight_bytes
+from gpufly.i18n import gettext as _
 from gpufly.models.spec import ModelSpec
 
 TP_ALLREDUCE_S = 10e-6
@@ -205,7 +206,7 @@ def training_step_s_per_sample(spec: ModelSpec, gpu: GpuSpec, job: Job) -> float
         flops = 3 * spec.forward_flops_per_sample
     else:
         return None
-    activations, _ = training_activation_bytes(spec, job.with_(batch=1))
+    activations, _how = training_activation_bytes(spec, job.with_(batch=1))
     traffic = activations * TRAINING_TRAFFIC_PER_ACTIVATION_BYTE
     compute = flops / (peak * TRAINING_MFU) * (QLORA_SLOWDOWN if job.task == "qlora" else 1.0)
     return compute + traffic / (gpu.memory_bandwidth_gbps * 1e9 * TRAINING_BANDWIDTH_EFFICIENCY)
@@ -216,8 +217,9 @@ def training_speed(spec: ModelSpec, gpu: GpuSpec, job: Job) -> Speed:
     per_sample = training_step_s_per_sample(spec, gpu, job)
     if per_sample is None:
         if peak_flops(gpu, _training_dtype(job)) is None:
-            return Speed(why=f"{gpu.vendor.upper()} publishes no dense tensor rate for the {gpu.name}")
-        return Speed(why="no FLOP count for this model")
+            return Speed(why=_("{vendor} publishes no dense tensor rate for the {gpu}").format(
+                vendor=gpu.vendor.upper(), gpu=gpu.name))
+        return Speed(why=_("no FLOP count for this model"))
     samples = job.gpus / per_sample
     if spec.is_transformer:
         return Speed(train_tokens_s=samples * job.context, train_samples_s=samples, bound="compute and memory")
@@ -228,7 +230,7 @@ def inference_speed(spec: ModelSpec, gpu: GpuSpec, job: Job, prompt_tokens: int 
     """Decode tok/s at the end of the context (the slowest point), prefill tok/s for the prompt."""
     kv_bytes(job.kv_format)
     if not spec.is_transformer or spec.kind != "decoder":
-        return Speed(why="token speeds apply to decoder language models")
+        return Speed(why=_("token speeds apply to decoder language models"))
     prompt = prompt_tokens if prompt_tokens is not None else max(1, job.context // 2)
     terms, fixed = decode_terms(spec, gpu, job, job.context)
     prefill = prefill_s(spec, gpu, job, prompt)
@@ -237,7 +239,8 @@ def inference_speed(spec: ModelSpec, gpu: GpuSpec, job: Job, prompt_tokens: int 
         prefill_tok_s=prompt * job.batch / prefill if prefill else None,
         time_to_first_token_s=prefill,
         bound=max(terms, key=lambda name: terms[name]),
-        why="" if prefill else f"no published dense tensor rate for the {gpu.name}: prefill unknown",
+        why="" if prefill else _("no published dense tensor rate for the {gpu}: prefill unknown").format(
+            gpu=gpu.name),
     )
 
 
