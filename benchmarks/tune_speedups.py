@@ -2,10 +2,11 @@
 
 The stages are gpufly.tune.stages, the same plan that `gpufly tune recsys` runs through the tuner's one
 Search: each a real tuner trial of
-the built-in recsys workload in its own process (the same worker, the same training samples, the median
-per-step throughput with warm-up steps excluded and the device synchronized), cumulative, each judged
-by its probe loss and its held-out log loss against the naive pipeline. Then cnn and transformer
-through the tuner's search. On a GPU the trials run there (``--device``); samples per dollar use
+the built-in recsys workload in its own process (the same worker, the same training samples, samples over the
+wall time of the measured steps with warm-up steps excluded and the device synchronized), cumulative, each
+judged by its probe loss and its held-out log loss against the naive pipeline, the baseline re-run through the
+run (the noise floor) and the fastest stages confirmed by A/B rounds (the speedup's 95% interval). Then cnn
+and transformer through the tuner's search. On a GPU the trials run there (``--device``); samples per dollar use
 ``--price-per-hour`` or the catalog's launch price over three years. Run: ``python benchmarks/tune_speedups.py``.
 """
 
@@ -45,7 +46,7 @@ def main() -> None:
             print(f"price: {note}")
     where = torch.cuda.get_device_name(0) if cuda else f"{platform.machine()} CPU, {torch.get_num_threads()} threads"
     print(f"recsys case study on {where}, torch {torch.__version__}: {args.steps} steps of 256 samples per stage "
-          "(a larger batch takes fewer steps), the median step's throughput")
+          "(a larger batch takes fewer steps), samples over the wall time of the measured steps")
     header = f"{'stage':<14}{'configuration':<50}{'samples/s':>11}{'speedup':>9}{'held-out':>10}  verdict"
     print(header + (f"{'samples/$':>16}" if price else ""))
 
@@ -63,10 +64,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         run = Search(stages(args.processes), ResultsLog(Path(folder) / "stages.jsonl"),
                      SubprocessRunner("recsys", args.steps, device, timeout_s=900), on_result=show)
-        best = run.run()
-    if best is not None and best.speedup is not None:
-        print(f"best safe stage: {best.name}: {best.speedup:.2f}x the naive pipeline "
-              f"({run.results[0].throughput:,.0f} -> {best.throughput:,.0f} samples/s)")
+        run.run()
+    conclude(run, "stage")
     if not args.skip_search:
         for name in ("cnn", "transformer"):
             searched(name, args.search_steps, device)
@@ -78,7 +77,7 @@ def searched(name: str, steps: int = 24, device: str = "cpu") -> None:
     with tempfile.TemporaryDirectory() as folder:
         search = Search(GreedyPlan(knobs, steps=steps), ResultsLog(Path(folder) / "trials.jsonl"),
                         SubprocessRunner(name, steps, device, timeout_s=600))
-        best = search.run()
+        search.run()
     print(f"\n{name} (gpufly tune's search, {steps} baseline steps per trial, the same samples)")
     print(f"{'configuration':<40}{'throughput':>18}{'speedup':>9}{'drift':>8}  verdict")
     for r in search.results:
@@ -86,9 +85,24 @@ def searched(name: str, steps: int = 24, device: str = "cpu") -> None:
         drift = "—" if r.loss_drift is None else f"{100 * r.loss_drift:.1f}%"
         speedup = "—" if r.speedup is None else f"{r.speedup:.2f}x"
         print(f"{r.name:<40}{rate:>18}{speedup:>9}{drift:>8}  {r.status}" + (f": {r.error[:50]}" if r.error else ""))
-    if best is not None and best.speedup is not None:
-        print(f"baseline {search.results[0].throughput:,.0f}, best safe {best.throughput:,.0f} {best.unit}/s "
-              f"({best.name}): {best.speedup:.2f}x")
+    conclude(search, "configuration")
+
+
+def conclude(search: Search, what: str) -> None:
+    """The noise floor, the confirmed speedups with their intervals, and the run's verdict."""
+    baseline, decision = search.baseline, search.decision()
+    if baseline is not None and baseline.noise_floor is not None:
+        print(f"noise floor: {baseline.noise_floor:.1%} over {len(baseline.throughputs)} baseline runs "
+              f"({baseline.throughput:,.0f} {baseline.unit}/s median)")
+    for r in search.results:
+        if r.rounds > 1 and r.speedup_low is not None and r.speedup_high is not None:
+            print(f"confirmed: {r.name}: {r.speedup:.2f}x [{r.speedup_low:.2f}-{r.speedup_high:.2f}] over "
+                  f"{r.rounds} A/B rounds")
+    winner = decision.winner
+    if decision.verdict == "faster" and winner is not None:
+        print(f"best safe {what}: {winner.name}: {decision.reason}")
+    else:
+        print(f"no winner ({decision.verdict}): {decision.reason}")
 
 
 if __name__ == "__main__":

@@ -109,3 +109,28 @@ def test_a_saved_profile_gets_its_section_and_chart() -> None:
     assert sections_of(page) == [*SECTIONS, "profile"]
     assert "profile-chart" in charts_of(page) and "median step 125.0 ms" in page
     assert "The loop waits for its input" in page and "up to 1.67x" in page
+
+
+def test_a_tune_run_that_named_no_winner_is_said_so_in_the_report_not_an_error(tmp_path: Path) -> None:
+    from gpufly.report.build import tune_summary
+    from gpufly.tune import GreedyPlan, ResultsLog, Search
+    from tests.tune.fakes import FakeMachine
+
+    results = tmp_path / "noisy.jsonl"
+    Search(GreedyPlan({"fast": [True]}), ResultsLog(results), FakeMachine({"fast": 1.25}, noise=0.3)).run()
+    summary = tune_summary(results)
+    assert summary.verdict == "too noisy" and summary.speedup is None and summary.code == ()
+    assert "varied" in summary.reason
+
+
+def test_a_confirmed_winner_comes_with_its_interval(tmp_path: Path) -> None:
+    from gpufly.report.build import tune_summary
+    from gpufly.tune import GreedyPlan, ResultsLog, Search
+    from tests.tune.fakes import FakeMachine
+
+    results = tmp_path / "clear.jsonl"
+    Search(GreedyPlan({"fast": [True]}), ResultsLog(results), FakeMachine({"fast": 1.25}, noise=0.02)).run()
+    summary = tune_summary(results)
+    assert summary.verdict == "faster" and summary.speedup is not None
+    assert summary.speedup_low is not None and summary.speedup_high is not None
+    assert summary.speedup_low <= summary.speedup <= summary.speedup_high

@@ -106,7 +106,7 @@ def test_sigterm_stops_the_trial_records_nothing_for_it_and_resume_never_runs_a_
     assert "error: stopped by SIGTERM" in err and "--resume" in err and "Traceback" not in err
     assert gone(trial), "the trial running was killed with the tuner"
     kept = [json.loads(line).get("name") for line in results.read_text().splitlines()[1:]]
-    assert kept == ["baseline"], "the stopped trial is recorded nowhere"
+    assert set(kept) == {"baseline", "baseline (seed 1)"}, "the stopped trial is recorded nowhere"
     for leftover in (tmp_path / "pids").iterdir():
         leftover.unlink()
     again = start_tune(blocking, results, "after-baseline", "--resume")
@@ -114,8 +114,10 @@ def test_sigterm_stops_the_trial_records_nothing_for_it_and_resume_never_runs_a_
     _, err = stop(again, signal.SIGINT)
     assert again.returncode == 130 and "stopped by SIGINT" in err, err
     assert gone(second)
-    kept = [json.loads(line).get("name") for line in results.read_text().splitlines()[1:]]
-    assert kept == ["baseline"], "the kept baseline was not run again, nor written twice"
+    again_kept = [json.loads(line).get("name") for line in results.read_text().splitlines()[1:]]
+    assert again_kept[:len(kept)] == kept and set(again_kept[len(kept):]) <= {"baseline"}, (
+        "only the baseline ran again (its noise floor: a fresh run before this session's first trial); the second "
+        "seed came from the file and the stopped trials are recorded nowhere")
 
 
 @pytest.mark.slow

@@ -26,7 +26,7 @@ def test_the_file_records_its_run_and_schema_and_refuses_another_run(tmp_path: P
     Search(GreedyPlan({"a": [True]}), log, _ok, identity=identity).run()
     assert json.loads(log.path.read_text().splitlines()[0]) == {"gpufly_tune_run": identity,
                                                                 "schema_version": SCHEMA_VERSION}
-    assert len(log.done()) == 2, "the header is not a trial"
+    assert [r.role for r in log.done().values()] == ["baseline", "seed", "trial"], "the header is not a trial"
     other = run_identity("transformer", "train", 40, "cpu", "2.13")
     with pytest.raises(GpuflyError, match="another run's trials: workload 'cnn' there, 'transformer' here"):
         Search(GreedyPlan({"a": [True]}), log, _ok, identity=other).run()
@@ -40,7 +40,7 @@ def test_a_file_without_a_header_is_read_but_not_resumed(tmp_path: Path) -> None
         Search(GreedyPlan({}), old, _ok, identity=run_identity("cnn", "train", 40, "cpu", "2.13")).run()
 
 
-def test_a_file_from_an_earlier_gpufly_is_still_read_and_resumed(tmp_path: Path) -> None:
+def test_a_file_from_an_earlier_gpufly_is_still_read_but_not_resumed(tmp_path: Path) -> None:
     log = ResultsLog(OLD)
     assert log.schema_version() == 1
     done = list(log.done().values())
@@ -55,9 +55,10 @@ def test_a_file_from_an_earlier_gpufly_is_still_read_and_resumed(tmp_path: Path)
         calls.append(trial.name)
         return _ok(trial)
 
-    Search(GreedyPlan({"amp": ["bf16"], "channels_last": [True]}), ResultsLog(copy), runner,
-           identity=run_identity("cnn", "train", 40, "cpu", "2.13.0+cpu")).run()
-    assert calls == [], "the old file's trials count on resume"
+    with pytest.raises(GpuflyError, match=r"older gpufly \(results schema 1\), which measured throughput another way"):
+        Search(GreedyPlan({"amp": ["bf16"], "channels_last": [True]}), ResultsLog(copy), runner,
+               identity=run_identity("cnn", "train", 40, "cpu", "2.13.0+cpu")).run()
+    assert calls == [], "nothing mixed into the old file"
 
 
 def test_a_newer_schema_is_refused_with_what_to_do(tmp_path: Path) -> None:
@@ -107,7 +108,7 @@ def test_an_unwritable_results_file_is_a_one_line_error(tmp_path: Path) -> None:
 def test_an_unreadable_results_file_is_a_one_line_error(tmp_path: Path) -> None:
     binary = tmp_path / "binary.jsonl"
     binary.write_bytes(b"\xff\xfe")
-    with pytest.raises(GpuflyError, match="cannot read the results file") as info:
+    with pytest.raises(GpuflyError, match="is not a text file") as info:
         ResultsLog(binary).done()
     assert "--results FILE" in (info.value.hint or "")
 
@@ -116,12 +117,37 @@ def test_a_trial_is_one_row_shape_and_a_stage_adds_its_fields() -> None:
     result = TrialResult("amp=bf16", {"amp": "bf16"}, "ok", throughput=1000.0, speedup=2.0, eval_metric=0.44,
                          seconds=1.234)
     row = result.to_dict()
-    assert list(row) == ["configuration", "knobs", "status", "throughput", "mean_throughput", "unit", "speedup",
-                         "peak_memory_bytes", "loss_drift", "eval_metric", "metric_drop", "world_size", "error",
-                         "seconds"]
+    assert list(row) == ["configuration", "knobs", "status", "role", "throughput", "median_step_throughput", "unit",
+                         "throughputs", "speedup", "speedup_interval", "rounds", "peak_memory_bytes", "loss_drift",
+                         "eval_metric", "metric_drop", "world_size", "error", "seconds"]
     assert row["seconds"] == 1.23 and row["configuration"] == "amp=bf16"
     result.stage = "compute"
     staged = result.to_dict(price_per_hour=2.0)
     assert staged["stage"] == "compute" and staged["held_out_loss"] == 0.44
     assert staged["samples_per_dollar"] == pytest.approx(1000.0 * 3600 / 2)
     assert result.to_dict()["samples_per_dollar"] is None, "no price, no samples per dollar"
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"speedup": "fast"}, "speedup must be a number"),
+    ({"speedup": float("nan")}, "speedup must be a finite number of at least 0, got NaN"),
+    ({"throughput": float("inf")}, "throughput must be a finite number of at least 0, got Infinity"),
+    ({"seconds": -1.0}, "seconds must be a finite number of at least 0, got -1.0"),
+    ({"status": "great"}, 'status "great" is not one of ok, unsafe, oom, failed, timeout'),
+])
+def test_a_trial_no_gpufly_wrote_is_refused_naming_the_field(tmp_path: Path, changes: dict, message: str) -> None:
+    path = tmp_path / "r.jsonl"
+    trial = {"name": "baseline", "knobs": {}, "status": "ok", "throughput": 1.0, "speedup": 1.0}
+    lines = [{"gpufly_tune_run": {}, "schema_version": SCHEMA_VERSION}, {**trial, **changes}, trial]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.raises(GpuflyError, match="line 2 is not a tune trial") as caught:
+        ResultsLog(path).done()
+    assert message in caught.value.message
+
+
+def test_a_losses_list_may_hold_nan_as_a_diverged_trial_records_it(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    trial = {"name": "baseline", "knobs": {}, "status": "failed", "losses": [2.0, float("nan")],
+             "loss_drift": float("inf")}
+    path.write_text(json.dumps(trial) + "\n")
+    assert [result.status for result in ResultsLog(path).done().values()] == ["failed"]

@@ -200,7 +200,13 @@ def render_actions(actions: list[Action], out: Console) -> None:
 
 
 def render_tune(tuned: TuneSummary, out: Console) -> None:
+    if tuned.speedup is None and tuned.verdict in ("undecided", "too noisy"):
+        out.print(_("tune: {trials} trials; no winner ({verdict}): {reason}").format(
+            trials=tuned.trials, verdict=tuned.verdict, reason=tuned.reason), markup=False)
+        return
     speedup = MISSING if tuned.speedup is None else f"{tuned.speedup:.2f}x"
+    if tuned.speedup is not None and tuned.speedup_low is not None and tuned.speedup_high is not None:
+        speedup += f" [{tuned.speedup_low:.2f}-{tuned.speedup_high:.2f}]"
     out.print(_("tune: {trials} trials; best safe {best} at {speedup} the baseline ({unsafe} unsafe, {failed} "
                 "failed)").format(trials=tuned.trials, best=tuned.best, speedup=speedup, unsafe=tuned.unsafe,
                                   failed=tuned.failed), markup=False)

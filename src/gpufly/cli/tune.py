@@ -54,7 +54,13 @@ def tune(
     html: Annotated[Path | None, typer.Option("--html", help="Also write a page with a speedup chart.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
 ) -> None:
-    """Measure each optimization on the workload, reject any that changes the loss, print the best safe one."""
+    """Measure each optimization on the workload, reject any that changes the loss, print the best safe one.
+
+    Examples:
+      gpufly tune cnn
+      gpufly tune cnn --budget-minutes 10 --html tune.html
+      gpufly tune train.py:build --results results.jsonl --resume
+    """
     stages_run = workload == "recsys" and task == "train" and not search
     _check_mode(workload, stages_run, budget_minutes, steps, search, price_per_hour)
     steps = steps if steps is not None else STAGE_STEPS if stages_run else SEARCH_STEPS
@@ -81,26 +87,31 @@ def tune(
         run = Search(plan, ResultsLog(results), SubprocessRunner(workload, steps, "cuda" if cuda else "cpu", timeout),
                      identity=identity, budget_s=budget_s)
         best = _run_with_progress(run, "stages" if stages_run else "trials", quiet=as_json)
+    decision = run.decision()
     rows = [r.to_dict(price_per_hour) for r in run.results]
     best_row = None if best is None else {"configuration": best.name, "knobs": best.knobs, "speedup": best.speedup,
+                                          "speedup_interval": _interval(best), "rounds": best.rounds,
                                           "code": code_for(best.knobs)}
+    evidence = _evidence(run.baseline, steps)
     if html is not None:
         from gpufly.tune.render import write_html
 
-        write_html(html, workload, rows, best_row, str(results))
+        write_html(html, workload, rows, best_row, str(results), f"No winner ({decision.verdict}): {decision.reason}")
     if as_json:
         mode = {"mode": "stages"} if stages_run else {}
         priced = {"price_per_hour": price_per_hour, "price": price_note} if stages_run else {}
-        print_json({"workload": workload, **mode, "results_file": str(results), "trials": rows, "best": best_row,
+        print_json({"workload": workload, **mode, "results_file": str(results), "device": identity["device"],
+                    "steps": steps, "decision": decision.to_dict(), **evidence, "trials": rows, "best": best_row,
                     **priced, "html": None if html is None else str(html)})
     else:
         if stages_run:
-            _render_stages(rows, best_row, price_note, results)
+            _render_stages(rows, price_note)
         else:
-            _render(rows, best, results)
+            _render(rows)
+        _conclude(decision, best, evidence, results, stages_run)
         if html is not None:
             console().print(f"speedup chart: {html}", markup=False)
-    if best is None:  # the baseline did not run: a script must not read this as a tuned result
+    if decision.verdict == "failed":  # the baseline did not run: a script must not read this as a tuned result
         raise typer.Exit(1)
 
 
@@ -213,21 +224,18 @@ def _price(torch: Any, cuda: bool, given: float | None) -> tuple[float | None, s
     return None, None
 
 
-def _render_stages(rows: list[dict[str, Any]], best: dict[str, Any] | None, price_note: str | None,
-                   results: Path) -> None:
+def _render_stages(rows: list[dict[str, Any]], price_note: str | None) -> None:
     from rich.table import Table
 
     table = Table(title="gpufly tune recsys: the case study, stage by stage (cumulative; unsafe stages not kept)")
-    columns = ["stage", "configuration", "samples/s", "speedup", "held-out loss", "verdict"]
+    columns = ["stage", "configuration", "samples/s", "median step/s", "speedup [95%]", "held-out loss", "verdict"]
     if price_note:
         columns.append("samples/$")
     for column in columns:
         table.add_column(column, justify="left" if column in ("stage", "configuration", "verdict") else "right")
     for r in rows:
-        verdict = _verdict(r)
-        cells = [r["stage"], r["configuration"], "—" if r["throughput"] is None else f"{r['throughput']:,.0f}",
-                 "—" if r["speedup"] is None else f"{r['speedup']:.2f}x",
-                 "—" if r["held_out_loss"] is None else f"{r['held_out_loss']:.4f}", verdict]
+        cells = [r["stage"], r["configuration"], _rate(r["throughput"]), _rate(r["median_step_throughput"]),
+                 _speedup(r), "—" if r["held_out_loss"] is None else f"{r['held_out_loss']:.4f}", _verdict(r)]
         if price_note:
             cells.append("—" if r["samples_per_dollar"] is None else f"{r['samples_per_dollar']:,.0f}")
         table.add_row(*cells)
@@ -236,24 +244,99 @@ def _render_stages(rows: list[dict[str, Any]], best: dict[str, Any] | None, pric
     out.print(f"price: {price_note}" if price_note else
               "samples per dollar: give --price-per-hour (on a GPU the catalog prices, its price is taken)",
               markup=False)
-    if best is not None:
-        out.print(f"best safe stage: {best['configuration']} ({best['speedup']:.2f}x the naive pipeline)",
+
+
+def _rate(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.0f}"
+
+
+def _speedup(row: dict[str, Any]) -> str:
+    """The speedup with its 95% interval, and how many A/B rounds it rests on once confirmed."""
+    if row["speedup"] is None:
+        return "—"
+    if row["role"] != "trial" or row["speedup_interval"] is None:
+        return f"{row['speedup']:.2f}x"
+    low, high = row["speedup_interval"]
+    rounds = f" ({row['rounds']} rounds)" if row["rounds"] > 1 else ""
+    return f"{row['speedup']:.2f}x [{low:.2f}-{high:.2f}]{rounds}"
+
+
+def _interval(result: Any) -> list[float] | None:
+    if result.speedup_low is None or result.speedup_high is None:
+        return None
+    return [result.speedup_low, result.speedup_high]
+
+
+def _evidence(baseline: Any, steps: int) -> dict[str, Any]:
+    """What the verdicts rest on: the baseline's runs and their spread, and the two seeds' accuracy gap."""
+    if baseline is None:
+        return {"noise": None, "accuracy": None}
+    from gpufly.tune.verdict import DRIFT_TOLERANCE, METRIC_TOLERANCE, judgeable
+
+    noise = {"baseline_runs": len(baseline.throughputs), "noise_floor": baseline.noise_floor,
+             "throughputs": baseline.throughputs}
+    accuracy = {"steps": steps, "seed_loss_drift": baseline.seed_loss_drift,
+                "seed_metric_drift": baseline.seed_metric_drift,
+                "loss_judged": baseline.eval_loss is not None and judgeable(baseline.seed_loss_drift, DRIFT_TOLERANCE),
+                "metric_judged": baseline.eval_metric is not None and judgeable(baseline.seed_metric_drift,
+                                                                                METRIC_TOLERANCE)}
+    return {"noise": noise, "accuracy": accuracy}
+
+
+def _conclude(decision: Any, best: Any, evidence: dict[str, Any], results: Path, stages_run: bool) -> None:
+    """The evidence, then the verdict: the winner with its interval, the baseline kept, or why there is none."""
+    out = console()
+    noise, accuracy = evidence["noise"], evidence["accuracy"]
+    if noise is not None and noise["noise_floor"] is not None:
+        out.print(f"noise floor: the baseline ran {noise['baseline_runs']} times through the run; its throughput "
+                  f"varied {noise['noise_floor']:.1%} from run to run", markup=False)
+    if accuracy is not None:
+        out.print(f"accuracy: {_accuracy_line(accuracy)}", markup=False)
+    what = "stage" if stages_run else "configuration"
+    if decision.verdict == "failed":
+        out.print("the baseline itself failed; nothing to compare against (see the error above)", markup=False)
+    elif decision.verdict == "faster":
+        low, high = _interval(best) or [best.speedup, best.speedup]
+        out.print(f"best safe {what}: {best.name}, {best.speedup:.2f}x the baseline (95% interval {low:.2f}-"
+                  f"{high:.2f}x over {best.rounds} A/B rounds)", markup=False)
+    elif decision.verdict == "no gain":
+        out.print(f"no {what} was confirmed faster than the baseline: keep it as it is ({decision.reason})",
                   markup=False)
-        out.print(f"as JSON: {json.dumps(best['knobs'])}", markup=False)
+    else:
+        out.print(f"no winner ({decision.verdict}): {decision.reason}", markup=False)
+    if decision.verdict == "faster":
+        from gpufly.tune import code_for
+
+        for line in code_for(best.knobs):
+            out.print(f"  {line}", markup=False)
+        out.print(f"as JSON: {json.dumps(best.knobs)}", markup=False)
+        if not stages_run:
+            out.print(f"or in your script: gpufly.apply('{results}', model, optimizer, loader)", markup=False)
     out.print(f"results: {results} (--resume goes on from it)", markup=False)
+
+
+def _accuracy_line(accuracy: dict[str, Any]) -> str:
+    """How many steps the accuracy test used and whether two seeds of the baseline agreed enough to judge."""
+    parts = []
+    for what, key, judged in (("probe loss", "seed_loss_drift", "loss_judged"),
+                              ("metric", "seed_metric_drift", "metric_judged")):
+        if accuracy[key] is not None:
+            parts.append(f"{what} {accuracy[key]:.1%} apart ({'judged' if accuracy[judged] else 'too far to judge'})")
+    seeds = "; ".join(parts) if parts else "no seed drift known (see the second seed's row); fixed tolerances"
+    return f"judged after {accuracy['steps']} steps; two seeds of the baseline: {seeds}"
 
 
 def _verdict(row: dict[str, Any]) -> str:
     """safe; unsafe with the reason (the probe loss drifted, or the evaluation metric dropped); or the failure."""
     verdict = row["status"]
     if verdict == "ok":
-        verdict = "safe"
+        verdict = {"baseline": "baseline", "seed": "baseline, second seed"}.get(row["role"], "safe")
     elif verdict == "unsafe":
-        from gpufly.tune.verdict import DRIFT_TOLERANCE
+        from gpufly.tune.verdict import METRIC_TOLERANCE
 
-        drift = row.get("loss_drift")
-        verdict = ("unsafe: loss drifted" if drift is not None and drift > DRIFT_TOLERANCE
-                   else "unsafe: metric dropped")
+        drop = row.get("metric_drop")
+        verdict = ("unsafe: metric dropped" if drop is not None and drop > METRIC_TOLERANCE
+                   else "unsafe: loss drifted")
     if row["error"]:
         verdict += f": {row['error'][:60]}"
     return verdict
@@ -269,30 +352,20 @@ def _run_with_progress(search: Any, what: str, quiet: bool) -> Any:
         return search.run()
 
 
-def _render(rows: list[dict[str, Any]], best: Any, results: Path) -> None:
+def _render(rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
     from gpufly.cli.render import gib
 
     table = Table(title="gpufly tune")
-    for column in ("configuration", "throughput", "speedup", "peak memory", "loss drift", "verdict"):
+    for column in ("configuration", "throughput", "median step", "speedup [95%]", "peak memory", "loss drift",
+                   "verdict"):
         table.add_column(column, justify="left" if column in ("configuration", "verdict") else "right")
     for row in rows:
+        unit = f" {row['unit']}/s"
         table.add_row(row["configuration"],
-                      "—" if row["throughput"] is None else f"{row['throughput']:,.0f} {row['unit']}/s",
-                      "—" if row["speedup"] is None else f"{row['speedup']:.2f}x",
+                      "—" if row["throughput"] is None else f"{row['throughput']:,.0f}{unit}",
+                      _rate(row["median_step_throughput"]), _speedup(row),
                       "—" if row["peak_memory_bytes"] is None else gib(row["peak_memory_bytes"]),
                       "—" if row["loss_drift"] is None else f"{100 * row['loss_drift']:.2f}%", _verdict(row))
-    out = console()
-    out.print(table)
-    if best is None:
-        out.print("the baseline itself failed; nothing to compare against (see the error above)")
-        return
-    out.print(f"best safe configuration: {best.name} ({best.speedup:.2f}x the baseline)", markup=False)
-    from gpufly.tune import code_for
-
-    for line in code_for(best.knobs):
-        out.print(f"  {line}", markup=False)
-    out.print(f"as JSON: {json.dumps(best.knobs)}", markup=False)
-    out.print(f"or in your script: gpufly.apply('{results}', model, optimizer, loader)", markup=False)
-    out.print(f"results: {results} (--resume goes on from it)", markup=False)
+    console().print(table)

@@ -43,6 +43,11 @@ class TuneSummary:
     code: tuple[str, ...]
     unsafe: int
     failed: int
+    verdict: str = "faster"
+    """The run's conclusion (``tune.verdict.decide``): faster, no gain, undecided or too noisy."""
+    reason: str = ""
+    speedup_low: float | None = None
+    speedup_high: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "code": list(self.code)}
@@ -149,17 +154,23 @@ def quick_bench() -> BenchRun:
 
 def tune_summary(path: Path) -> TuneSummary:
     """The best safe trial of a tune results file; a file with none is an error that says why."""
-    from gpufly.tune import ResultsLog, code_for
+    from gpufly.tune import ResultsLog, code_for, decide
 
     if not path.is_file():
         raise GpuflyError(f"no tune results at {path}", "write them with `gpufly tune WORKLOAD --results FILE`")
     log = ResultsLog(path)
-    best = log.best_safe_or_error()
     done = list(log.done().values())
+    decision = decide(done)
+    unsafe = sum(r.status == "unsafe" for r in done)
+    failed = sum(r.status in FAILED_STATUSES for r in done)
+    if decision.winner is None and decision.verdict in ("undecided", "too noisy"):
+        return TuneSummary(trials=len(done), best="none", speedup=None, knobs={}, code=(), unsafe=unsafe,
+                           failed=failed, verdict=decision.verdict, reason=decision.reason)
+    best = log.best_safe_or_error()
     return TuneSummary(trials=len(done), best=best.name, speedup=best.speedup, knobs=dict(best.knobs),
-                       code=tuple(code_for(dict(best.knobs))),
-                       unsafe=sum(r.status == "unsafe" for r in done),
-                       failed=sum(r.status in FAILED_STATUSES for r in done))
+                       code=tuple(code_for(dict(best.knobs))), unsafe=unsafe, failed=failed,
+                       verdict=decision.verdict, reason=decision.reason,
+                       speedup_low=best.speedup_low, speedup_high=best.speedup_high)
 
 
 def profile_summary(path: Path) -> dict[str, Any]:

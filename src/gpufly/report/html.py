@@ -357,7 +357,12 @@ def _profile(profiled: dict[str, Any]) -> str:
 
 
 def _tune(tuned: TuneSummary) -> str:
+    if tuned.speedup is None and tuned.verdict in ("undecided", "too noisy"):
+        return _section("tune", "Tune", f"<p>{tuned.trials} trials; no winner ({escape(tuned.verdict)}): "
+                                        f"{escape(tuned.reason)}</p>")
     speedup = "N/A" if tuned.speedup is None else f"{tuned.speedup:.2f}x"
+    if tuned.speedup is not None and tuned.speedup_low is not None and tuned.speedup_high is not None:
+        speedup += f" (95% interval {tuned.speedup_low:.2f}-{tuned.speedup_high:.2f})"
     code = "\n".join(tuned.code)
     bars = [Bar("baseline", 1.0, NEUTRAL, text="1.00x"),
             Bar(tuned.best, tuned.speedup or 0.0, GOOD, text=speedup)] if tuned.speedup else []

@@ -48,20 +48,32 @@ def _cell(value: Any, fmt: str) -> str:
     return "—" if value is None else fmt.format(value)
 
 
-def page(workload: str, rows: list[dict[str, Any]], best: dict[str, Any] | None, results_file: str) -> str:
-    """The whole page; ``best`` is ``{"configuration", "speedup", "code"}`` or None when the baseline failed."""
+def _speedup(row: dict[str, Any]) -> str:
+    """The speedup, with its 95% interval when it has one."""
+    interval = row.get("speedup_interval")
+    text = _cell(row["speedup"], "{:.2f}x")
+    return text if not interval or row.get("role") != "trial" else f"{text} [{interval[0]:.2f}-{interval[1]:.2f}]"
+
+
+def page(workload: str, rows: list[dict[str, Any]], best: dict[str, Any] | None, results_file: str,
+         conclusion: str | None = None) -> str:
+    """The whole page; ``best`` is ``{"configuration", "speedup", "code"}`` (and the interval, once confirmed), or
+    None when the run named no winner: ``conclusion`` says why (by default, that the baseline failed)."""
     body = "".join(
         f"<tr><td>{html.escape(r['configuration'])}</td><td>{_cell(r['throughput'], '{:,.0f}')} "
-        f"{html.escape(r['unit'])}/s</td><td>{_cell(r['speedup'], '{:.2f}x')}</td>"
+        f"{html.escape(r['unit'])}/s</td><td>{_speedup(r)}</td>"
         f"<td>{_cell(r['loss_drift'] if r['loss_drift'] is None else 100 * r['loss_drift'], '{:.2f}%')}</td>"
         f"<td>{html.escape(r['status'])}{': ' + html.escape(r['error'][:120]) if r['error'] else ''}</td></tr>"
         for r in rows)
     if best is None:
-        verdict = "<p>The baseline itself failed; nothing to compare against.</p>"
+        verdict = f"<p>{html.escape(conclusion or 'The baseline itself failed; nothing to compare against.')}</p>"
     else:
         code = html.escape("\n".join(best["code"]) or "# the baseline: no change helped")
+        interval = best.get("speedup_interval")
+        confirmed = (f" (95% interval {interval[0]:.2f}-{interval[1]:.2f}x over {best['rounds']} A/B rounds)"
+                     if interval and best.get("rounds", 0) > 1 else "")
         verdict = (f"<p>Best safe configuration: <b>{html.escape(best['configuration'])}</b>, "
-                   f"{best['speedup']:.2f}x the baseline.</p><pre id='code'>{code}</pre>")
+                   f"{best['speedup']:.2f}x the baseline{confirmed}.</p><pre id='code'>{code}</pre>")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>gpufly tune {html.escape(workload)}</title>
 <style>
@@ -83,7 +95,7 @@ td:nth-child(2), td:nth-child(3), td:nth-child(4) {{ text-align: right; }}
 
 
 def write_html(path: Path, workload: str, rows: list[dict[str, Any]], best: dict[str, Any] | None,
-               results_file: str) -> None:
+               results_file: str, conclusion: str | None = None) -> None:
     """The page, written atomically; the hint says the trial results are safe in ``results_file``."""
-    write_text_atomic(path, page(workload, rows, best, results_file),
+    write_text_atomic(path, page(workload, rows, best, results_file, conclusion),
                       f"the trial results are kept in {results_file}; pick another --html path")

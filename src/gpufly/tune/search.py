@@ -1,33 +1,71 @@
-"""The search: which trials to run, in what order, and which configuration wins.
+"""The search: which trials to run, in what order, and which configuration wins, confirmed before it is named.
 
 One ``Search`` runs every tuning run: it measures each trial through its runner (a subprocess in real runs, a
 fake in tests), judges it against the baseline, appends it to the results file as it ends, skips trials the
 file already holds (``--resume``), stops starting trials when the budget is spent, and reports each result.
 What to try comes from a *plan*:
 
-- ``GreedyPlan``, the generic search: the baseline; then each knob alone from the baseline; the ones that
-  helped and stayed safe are combined greedily, fastest first, each kept only if the combination measures
-  faster.
+- ``GreedyPlan``, the generic search: the baseline; then each knob alone from the baseline, in a shuffled
+  order; the ones that helped and stayed safe are combined greedily, fastest first, each kept only if the
+  combination measures faster.
 - ``StagePlan``, a case study (``gpufly tune recsys``): cumulative stages, each adding its knobs to the last
   stage that stayed safe and each judged against the baseline, so an unsafe stage is shown and not carried.
 
-The winner is ``best(results)``, the same choice ``gpufly report`` and ``gpufly.apply`` make from the file.
+Whatever the plan, the search does not believe one run:
+
+- the baseline trains twice, with two seeds: a measure of accuracy (probe loss, metric) that the seed alone
+  moves by half its tolerance or more cannot judge a knob at this step count (``gpufly.tune.verdict.judgeable``);
+- the baseline runs again after every ``remeasure_every`` trials, so its runs span the whole search: their
+  spread is the noise floor, and each trial is compared with the baseline's throughput interpolated between
+  the runs just before and just after it, so a machine that slows down (or warms up) over the run favours
+  neither the first trials nor the last;
+- the ``confirm_top`` fastest candidates then run against the baseline in ``rounds`` A/B rounds (B/A every
+  other round), and the interval of the per-round ratios is the speedup printed.
+
+The winner is ``best(results)`` (``gpufly.tune.verdict.decide``), the same choice ``gpufly report`` and
+``gpufly.apply`` make from the file: none when the machine was too noisy or the rounds could not tell.
 """
 
 from __future__ import annotations
 
+import random
+import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpufly.tune.knobs import BY_NAME, Ddp
+from gpufly.tune.noise import interpolate, noise_floor, ratio_interval
 from gpufly.tune.results import ResultsLog
 from gpufly.tune.trial import Runner, Trial, TrialResult
-from gpufly.tune.verdict import DRIFT_TOLERANCE, METRIC_TOLERANCE, MIN_GAIN, best, judge
+from gpufly.tune.verdict import (
+    DRIFT_TOLERANCE,
+    MAX_NOISE_FLOOR,
+    METRIC_TOLERANCE,
+    MIN_GAIN,
+    Decision,
+    accuracy_unjudgeable,
+    best,
+    decide,
+    judge,
+    loss_drift,
+    metric_drop,
+)
 
 MAX_BATCH_GROWTH = 16
 """The largest batch tried is at most this many times the baseline's (a trial takes as many fewer steps)."""
+REMEASURE_EVERY = 2
+"""Trials between two runs of the baseline: every trial has a baseline run beside it on one side and one at most
+two trials away on the other, for half again the trials' cost."""
+CONFIRM_TOP = 2
+"""Candidates confirmed by A/B rounds: the fastest, and the next in case the first was lucky in the search."""
+CONFIRM_ROUNDS = 3
+"""A/B rounds per candidate, on top of its search run: four ratios, whose t interval (3 degrees of freedom) is
+about 1.6 times their standard deviation wide on each side: a 10% gain on a machine with a 3% noise floor clears
+1x."""
+SECOND_SEED = 1
+"""The baseline's second seed (every trial trains with seed 0)."""
 
 
 class Plan(Protocol):
@@ -43,7 +81,7 @@ class Plan(Protocol):
 
 @dataclass
 class Search:
-    """One tuning run; ``results`` in the order they were decided."""
+    """One tuning run; ``results`` in the order they were decided (the baseline's second seed among them)."""
 
     plan: Plan
     log: ResultsLog
@@ -51,46 +89,205 @@ class Search:
     identity: dict[str, Any] | None = None
     """The run's identity (``run_identity``): written as the results file's header, checked on resume."""
     budget_s: float | None = None
-    """No trial starts after this many seconds (None: no limit)."""
+    """No trial of the plan starts after this many seconds (None: no limit); the confirmation rounds still run,
+    since a winner is never named unconfirmed."""
     tolerance: float = DRIFT_TOLERANCE
     metric_tolerance: float = METRIC_TOLERANCE
+    remeasure_every: int = REMEASURE_EVERY
+    confirm_top: int = CONFIRM_TOP
+    rounds: int = CONFIRM_ROUNDS
     on_result: Callable[[TrialResult], None] | None = None
     clock: Callable[[], float] = time.monotonic
     results: list[TrialResult] = field(default_factory=list)
+    baseline: TrialResult | None = field(init=False, default=None)
     _started: float = field(init=False, default=0.0)
     _done: dict[str, TrialResult] = field(init=False, default_factory=dict)
     _measured: dict[str, TrialResult] = field(init=False, default_factory=dict)
+    _position: int = field(init=False, default=0)
+    _timeline: list[tuple[int, float]] = field(init=False, default_factory=list)
+    """This session's baseline runs: (position in the run, throughput)."""
+    _pending: list[tuple[int, TrialResult]] = field(init=False, default_factory=list)
+    """Trials run since the last baseline run, waiting for the next to be compared with."""
 
     def run(self) -> TrialResult | None:
-        """Run the plan; the best safe result (the baseline when nothing beat it), None when the baseline failed."""
+        """Run the plan, then confirm the fastest candidates; the winner (``best``), or None when the baseline
+        failed or the run could not decide (``decision`` says which)."""
         self._started = self.clock()
         if self.identity is not None:
             self.log.start(self.identity)
         self._done = self.log.done()
         self.plan.run(self)
+        self.settle()
+        self.confirm()
         return best(self.results)
+
+    def decision(self) -> Decision:
+        return decide(self.results)
+
+    def can_judge(self) -> bool:
+        """Whether the baseline ran and its two seeds agree enough to judge a knob's accuracy: when they do not,
+        no trial could be called safe, so the plan runs none (the decision says why, with the step count)."""
+        return (self.baseline is not None and self.baseline.usable
+                and accuracy_unjudgeable(self.baseline) is None)
 
     def measure(self, trial: Trial, baseline: TrialResult | None, stage: str | None = None) -> TrialResult:
         """The trial's judged result: from the results file when it is there, else run, judged and appended.
+        With ``baseline`` None the trial is the baseline (trained again with a second seed).
 
         A configuration this search measured already is not run, listed or reported again, however the plan
         reached it (a greedy combination can add nothing to a single trial: ``ddp=2`` chosen, then the
-        candidate ``ddp=2 + ddp_hook=fp16`` combines into that very trial); its first result is returned."""
+        candidate ``ddp=2 + ddp_hook=fp16`` combines into that very trial); its first result is returned.
+        Its speedup is final once the baseline has run after it (``settle``)."""
         earlier = self._measured.get(trial.key)
         if earlier is not None:
             return earlier
         result = self._done.get(trial.key)
         if result is None:
-            result = judge(self.runner(trial), baseline, self.tolerance, self.metric_tolerance)
+            result = self._baseline_run(trial) if baseline is None else self._trial_run(trial, baseline)
             result.stage = stage
             self.log.append(result)
         else:
             result.stage = stage  # a file written before trials recorded their stage
+            if baseline is None:
+                result.role = "baseline"
+        self._record(trial, result)
+        if baseline is None:
+            self.baseline = result
+            if result.usable:
+                self._second_seed(result)
+        return result
+
+    def _record(self, trial: Trial, result: TrialResult) -> None:
         self._measured[trial.key] = result
         self.results.append(result)
         if self.on_result is not None:
             self.on_result(result)
+
+    def _run(self, trial: Trial) -> TrialResult:
+        self._position += 1
+        return self.runner(trial)
+
+    def _baseline_run(self, trial: Trial) -> TrialResult:
+        result = judge(self._run(trial), None)
+        if result.usable and result.throughput is not None:
+            result.throughputs = [result.throughput]
+            self._timeline.append((self._position, result.throughput))
         return result
+
+    def _trial_run(self, trial: Trial, baseline: TrialResult) -> TrialResult:
+        """A trial of the plan, with the baseline run again first when its last run is too far back."""
+        if not self._timeline or len(self._pending) >= self.remeasure_every:
+            self._remeasure()
+        result = judge(self._run(trial), baseline, self.tolerance, self.metric_tolerance)
+        if result.status in ("ok", "unsafe") and result.throughput is not None:  # unsafe: shown at its true speed
+            result.throughputs = [result.throughput]
+            self._pending.append((self._position, result))
+        return result
+
+    def _second_seed(self, baseline: TrialResult) -> None:
+        """The baseline with another seed: its probe loss says how far the seed alone moves it, its throughput is
+        one more baseline run."""
+        trial = Trial(f"{baseline.name} (seed {SECOND_SEED})", baseline.knobs, seed=SECOND_SEED)
+        seeded = self._done.get(trial.key)
+        if seeded is not None:
+            self._record(trial, seeded)
+            return
+        seeded = self._run(trial)
+        seeded.role, seeded.stage, seeded.seed = "seed", baseline.stage, SECOND_SEED
+        if seeded.usable:
+            seeded.loss_drift = loss_drift(seeded.eval_loss, baseline.eval_loss)
+            seeded.metric_drop = metric_drop(seeded.eval_metric, baseline.eval_metric, baseline.higher_is_better)
+            if seeded.losses and seeded.losses == baseline.losses:
+                seeded.error = "the same losses as seed 0: the workload sets its own seed, so no seed drift is known"
+            else:
+                baseline.seed_loss_drift = seeded.loss_drift
+                baseline.seed_metric_drift = None if seeded.metric_drop is None else abs(seeded.metric_drop)
+            if seeded.throughput:
+                self._baseline_measured(seeded.throughput)
+        self.log.append(seeded)
+        self._record(trial, seeded)
+        self.log.append(baseline)
+
+    def _remeasure(self) -> None:
+        """Run the baseline again: one more point of the noise floor, and the reference of the trials since."""
+        baseline = self.baseline
+        if baseline is None or not baseline.usable:
+            return
+        again = self._run(Trial(baseline.name, baseline.knobs))
+        if again.usable and again.throughput:
+            self._baseline_measured(again.throughput)
+            self.log.append(baseline)
+
+    def _baseline_measured(self, throughput: float) -> None:
+        """A baseline run at this position: the floor and the baseline's median updated, waiting trials settled."""
+        baseline = self.baseline
+        if baseline is None:
+            return
+        self._timeline.append((self._position, throughput))
+        baseline.throughputs.append(throughput)
+        baseline.throughput = statistics.median(baseline.throughputs)
+        baseline.noise_floor = noise_floor(baseline.throughputs)
+        for position, result in self._pending:
+            self._compare(result, position)
+            self.log.append(result)
+        self._pending.clear()
+
+    def _compare(self, result: TrialResult, position: int) -> None:
+        """The trial's speedup over the baseline as it ran around it, and that one pair's interval."""
+        before = max((p for p in self._timeline if p[0] < position), default=None)
+        after = min((p for p in self._timeline if p[0] > position), default=None)
+        if before is None or result.throughput is None:
+            return
+        result.speedup = result.throughput / interpolate(before, after, position)
+        floor = None if self.baseline is None else self.baseline.noise_floor
+        runs = 0 if self.baseline is None else len(self.baseline.throughputs)
+        interval = ratio_interval([result.speedup], floor, runs)
+        if interval is not None:
+            result.speedup_low, result.speedup_high = interval.low, interval.high
+        result.rounds = 1
+
+    def settle(self) -> None:
+        """Run the baseline once more if trials wait for it, so every speedup so far is final."""
+        if self._pending:
+            self._remeasure()
+
+    def confirm(self) -> None:
+        """The ``confirm_top`` fastest safe trials, each against the baseline in A/B rounds."""
+        baseline = self.baseline
+        if not self.can_judge() or baseline is None or (baseline.noise_floor or 0.0) > MAX_NOISE_FLOOR:
+            return  # no winner can be named: rounds would not change that
+        ranked = sorted((r for r in self.results if r.role == "trial" and r.usable and r.rounds >= 1
+                         and (r.speedup or 0.0) >= MIN_GAIN), key=lambda r: -(r.speedup or 0.0))
+        for candidate in ranked[:self.confirm_top]:
+            if candidate.rounds == 1:  # not confirmed yet (a resumed run's may be)
+                self._rounds(candidate, baseline)
+
+    def _rounds(self, candidate: TrialResult, baseline: TrialResult) -> None:
+        """A/B rounds of ``candidate`` against the baseline (B/A every other round, so neither always runs second);
+        the speedup becomes the geometric mean of the rounds' ratios (its search run's included), with its
+        interval. A round that fails leaves the candidate unconfirmed, with the reason."""
+        ratios = [candidate.speedup or 0.0]
+        for number in range(self.rounds):
+            pair = [(baseline, "base"), (candidate, "candidate")]
+            measured: dict[str, float] = {}
+            for result, which in pair if number % 2 == 0 else pair[::-1]:
+                run = self._run(Trial(result.name, result.knobs))
+                if not run.usable or not run.throughput:
+                    candidate.error = f"A/B round {number + 1} failed ({run.status}): {run.error or 'no throughput'}"
+                    self.log.append(candidate)
+                    return
+                measured[which] = run.throughput
+            self._baseline_measured(measured["base"])
+            candidate.throughputs.append(measured["candidate"])
+            ratios.append(measured["candidate"] / measured["base"])
+        interval = ratio_interval(ratios, baseline.noise_floor, len(baseline.throughputs))
+        if interval is not None:
+            candidate.speedup, candidate.speedup_low, candidate.speedup_high = (interval.estimate, interval.low,
+                                                                                interval.high)
+        candidate.rounds = len(ratios)
+        candidate.throughput = statistics.median(candidate.throughputs)
+        self.log.append(candidate)
+        self.log.append(baseline)
 
     def out_of_time(self) -> bool:
         return self.budget_s is not None and self.clock() - self._started > self.budget_s
@@ -111,17 +308,21 @@ class GreedyPlan:
     steps: int | None = None
     """The baseline-sized steps each trial trains: a batch over ``steps / 4`` times the baseline's would leave
     fewer than 4 steps on the same samples, so such batches are not tried (None: no limit)."""
+    order_seed: int = 0
+    """Seeds the shuffle of the single-knob trials (fixed, so a resumed run follows the same order)."""
 
     def expected_trials(self) -> int:
         return 1 + sum(len(values) for values in self.knobs.values())
 
     def run(self, search: Search) -> None:
         baseline = self._measure(search, Trial("baseline", {}), None)
-        if not baseline.usable:
+        if not search.can_judge():
             return
         knobs = self._with_fitting_batch(baseline)
-        singles = [self._measure(search, trial, baseline) for trial in _single_knobs(knobs)
-                   if not search.out_of_time()]
+        order = list(_single_knobs(knobs))
+        random.Random(self.order_seed).shuffle(order)
+        singles = [self._measure(search, trial, baseline) for trial in order if not search.out_of_time()]
+        search.settle()
         helpful = sorted((r for r in singles if r.usable and (r.speedup or 0) >= MIN_GAIN),
                          key=lambda r: -(r.speedup or 0))
         if helpful:
@@ -140,7 +341,8 @@ class GreedyPlan:
             if knobs == current:
                 continue  # nothing new (ddp=2 after ddp=2 + ddp_hook=fp16)
             combined = self._measure(search, named(knobs), baseline)
-            if combined.usable and (combined.throughput or 0) > (chosen.throughput or 0):
+            search.settle()
+            if combined.usable and (combined.speedup or 0) > (chosen.speedup or 0):
                 chosen = combined
 
     def _own(self, knobs: dict[str, Any]) -> dict[str, Any]:
@@ -207,7 +409,9 @@ class Stage:
 @dataclass(frozen=True)
 class StagePlan:
     """Cumulative stages, the first being the baseline: each adds its knobs to the last stage that stayed safe,
-    and each is judged against the baseline. When the baseline fails there is nothing to compare against."""
+    and each is judged against the baseline. When the baseline fails there is nothing to compare against. Unlike
+    the search, the stages all run when two seeds leave accuracy unjudged (the table is the case study; no stage
+    is then named best, and none confirmed)."""
 
     stages: Sequence[Stage]
 
@@ -222,6 +426,6 @@ class StagePlan:
             if baseline is None:
                 if not result.usable:
                     return
-                baseline = result
+                baseline = result  # a case study shows every stage, even where accuracy cannot be judged
             if result.usable:
                 carried = dict(result.knobs)

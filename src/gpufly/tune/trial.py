@@ -40,11 +40,14 @@ class Trial:
 
     name: str
     knobs: dict[str, Any]
+    seed: int = 0
+    """The initial weights' seed: 0 for every trial; the baseline trains once more with another, to see how far
+    the probe loss moves from the seed alone."""
 
     @property
     def key(self) -> str:
-        """Identifies a configuration in the results file, whatever it is called."""
-        return json.dumps(self.knobs, sort_keys=True)
+        """Identifies a configuration (and its seed, when not 0) in the results file, whatever it is called."""
+        return json.dumps(self.knobs if not self.seed else {"knobs": self.knobs, "seed": self.seed}, sort_keys=True)
 
 
 @dataclass
@@ -56,7 +59,8 @@ class TrialResult:
     status: str
     """ok, unsafe, oom, failed or timeout."""
     throughput: float | None = None
-    """The median over the measured steps of each step's rate."""
+    """Units over the wall time of the measured steps, stalls included; after A/B rounds, the median of the
+    configuration's runs (``throughputs``)."""
     unit: str = "samples"
     peak_memory_bytes: int | None = None
     data_wait_share: float | None = None
@@ -72,8 +76,9 @@ class TrialResult:
     """The trial's global batch size, as the worker ran it."""
     device_memory_bytes: int | None = None
     """The GPU's total memory (None on a CPU): with the peak, what tells how large a batch fits."""
-    mean_throughput: float | None = None
-    """Units over the summed time of the measured steps: what the loop gave, outlier steps included."""
+    median_step_throughput: float | None = None
+    """The median over the measured steps of each step's rate: a diagnostic that hides stalls (far above the
+    throughput, it says some steps stalled)."""
     eval_metric: float | None = None
     """The workload's ``evaluate(model)`` after training; None when it has none."""
     higher_is_better: bool = True
@@ -83,6 +88,25 @@ class TrialResult:
     """How many processes the trial ran on, as the worker saw it (2 for ddp=2)."""
     stage: str | None = None
     """For a staged plan (the recsys case study): baseline, data, compute or communication."""
+    seed: int = 0
+    role: str = "trial"
+    """trial; baseline (the reference every trial is judged against); or seed (the baseline trained again with
+    another seed: its throughput is one more baseline run, its probe loss the seed-to-seed drift)."""
+    throughputs: list[float] = field(default_factory=list)
+    """Every throughput measured for this configuration in the run, in order: the baseline's, interleaved with
+    the trials, give the noise floor; a candidate's, its A/B rounds."""
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    """The speedup's 95% interval (``gpufly.tune.noise.ratio_interval``)."""
+    rounds: int = 0
+    """How many paired comparisons with the baseline the speedup rests on: 1 after the search, more once the
+    trial was confirmed by A/B rounds."""
+    noise_floor: float | None = None
+    """On the baseline: the run-to-run spread of its throughputs (standard deviation of their logarithms)."""
+    seed_loss_drift: float | None = None
+    """On the baseline: how far the probe loss moved when it trained again with another seed (relative)."""
+    seed_metric_drift: float | None = None
+    """On the baseline: how far the evaluation metric moved with another seed (relative, either way)."""
 
     @property
     def usable(self) -> bool:
@@ -102,9 +126,12 @@ class TrialResult:
     def to_dict(self, price_per_hour: float | None = None) -> dict[str, Any]:
         """The row the CLI prints as JSON and the HTML page shows; a staged trial adds its stage, its held-out
         loss (the metric, under the case study's name) and samples per dollar at ``price_per_hour``."""
-        row = {"configuration": self.name, "knobs": self.knobs, "status": self.status,
-               "throughput": self.throughput, "mean_throughput": self.mean_throughput, "unit": self.unit,
-               "speedup": self.speedup, "peak_memory_bytes": self.peak_memory_bytes, "loss_drift": self.loss_drift,
+        row = {"configuration": self.name, "knobs": self.knobs, "status": self.status, "role": self.role,
+               "throughput": self.throughput, "median_step_throughput": self.median_step_throughput,
+               "unit": self.unit, "throughputs": self.throughputs, "speedup": self.speedup,
+               "speedup_interval": (None if self.speedup_low is None or self.speedup_high is None
+                                    else [self.speedup_low, self.speedup_high]),
+               "rounds": self.rounds, "peak_memory_bytes": self.peak_memory_bytes, "loss_drift": self.loss_drift,
                "eval_metric": self.eval_metric, "metric_drop": self.metric_drop, "world_size": self.world_size,
                "error": self.error, "seconds": round(self.seconds, 2)}
         if self.stage is not None:
@@ -118,7 +145,7 @@ Runner = Callable[[Trial], TrialResult]
 
 
 MEASURED = ("throughput", "unit", "peak_memory_bytes", "data_wait_share", "losses", "eval_loss", "batch_size",
-            "device_memory_bytes", "mean_throughput", "eval_metric", "higher_is_better", "world_size")
+            "device_memory_bytes", "median_step_throughput", "eval_metric", "higher_is_better", "world_size")
 """The worker's JSON keys that a TrialResult keeps."""
 
 
@@ -138,7 +165,7 @@ class SubprocessRunner:
 
     def __call__(self, trial: Trial) -> TrialResult:
         request = json.dumps({"workload": self.workload, "knobs": trial.knobs, "steps": self.steps,
-                              "device": self.device})
+                              "device": self.device, "seed": trial.seed})
         started = time.monotonic()
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "GPUFLY_TUNE_REQUEST": request, TUNER_PID: str(os.getpid())}
         command = [sys.executable, "-m", "gpufly.tune.worker"]
@@ -153,7 +180,8 @@ class SubprocessRunner:
                 stdout, stderr = process.communicate(request, timeout=self.timeout_s)
             except subprocess.TimeoutExpired:  # leaving the block kills the trial's whole group
                 return TrialResult(trial.name, trial.knobs, "timeout",
-                                   error=f"no result within {self.timeout_s:g} s", seconds=time.monotonic() - started)
+                                   error=f"no result within {self.timeout_s:g} s", seconds=time.monotonic() - started,
+                                   seed=trial.seed)
         return outcome(trial, process.returncode, stdout, stderr, time.monotonic() - started)
 
 
@@ -202,9 +230,10 @@ def outcome(trial: Trial, returncode: int, stdout: str, stderr: str, seconds: fl
             return TrialResult(trial.name, trial.knobs, "failed", seconds=seconds,
                                error=f"the trial's last line is not a result: {lines[-1][:80]}")
         measured = {key: data[key] for key in MEASURED if data.get(key) is not None}
-        return TrialResult(trial.name, trial.knobs, "ok", seconds=seconds, **measured)
+        return TrialResult(trial.name, trial.knobs, "ok", seconds=seconds, seed=trial.seed, **measured)
     status = "oom" if "out of memory" in stderr.lower() else "failed"
-    return TrialResult(trial.name, trial.knobs, status, error=error_line(stderr)[:300], seconds=seconds)
+    return TrialResult(trial.name, trial.knobs, status, error=error_line(stderr)[:300], seconds=seconds,
+                       seed=trial.seed)
 
 
 def error_line(stderr: str) -> str:

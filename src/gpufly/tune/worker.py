@@ -1,12 +1,15 @@
 """One tuner trial, in its own process: build the workload, apply the knobs, train, measure, print JSON.
 
 Reads ``{"workload": ..., "knobs": {...}, "steps": N, "device": "cpu" | "cuda" | null}`` on stdin and
-prints one JSON line: throughput (the median over the measured steps of each step's units per second,
-warm-up steps excluded, the device synchronized before each clock reading, so one slow step, a
-garbage collection or a neighbour's burst, does not move it; the mean over the whole loop is kept as
-``mean_throughput``), the loss per step, the probe loss after training, the workload's evaluation
-metric when it has one, peak memory and the share of time spent waiting for data.
-Every trial trains on the same samples in the same order: ``steps`` baseline-sized batches' worth.
+prints one JSON line: throughput (the units of the measured steps over their wall time, warm-up steps
+excluded, the device synchronized before each clock reading: a stall, a garbage collection or a wait for
+data counts, since the user's run pays for it; the median of the per-step rates is kept beside it as
+``median_step_throughput``, a diagnostic that a gap between the two points at stalls), the loss per step,
+the probe loss after training, the workload's evaluation metric when it has one, peak memory and the share
+of time spent waiting for data.
+Every trial trains on the same samples in the same order: ``steps`` baseline-sized batches' worth; ``seed``
+(0 unless the request gives one) sets the initial weights, so the tuner can train the baseline twice and see
+how far the probe loss moves from the seed alone.
 The knobs apply themselves (``gpufly.tune.knobs``); this module builds the run they change and times it.
 Anything that goes wrong ends the process with the error on stderr, which the parent records.
 Only the parent's ``python -m gpufly.tune.worker`` imports this module; torch is imported where it is used.
@@ -84,17 +87,17 @@ def to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
 
 
 def step_rates(seconds: list[float], items: list[int]) -> tuple[float | None, float | None]:
-    """(median of the per-step rates, items over the summed time): the median is the throughput, since
-    it ignores an outlier step; the mean says what the whole loop gave.
+    """(items over the summed time of the steps, median of the per-step rates): the first is the throughput,
+    stalls included, as the user's run would get it; the median is a diagnostic that hides the stalls.
 
     >>> [round(r, 1) for r in step_rates([0.01, 0.01, 0.5, 0.01], [10, 10, 10, 10])]
-    [1000.0, 75.5]
+    [75.5, 1000.0]
     """
     rates = [n / t for n, t in zip(items, seconds, strict=True) if t > 0]
     total = sum(seconds)
     if not rates or total <= 0:
         return None, None
-    return statistics.median(rates), sum(items) / total
+    return sum(items) / total, statistics.median(rates)
 
 
 @dataclass
@@ -146,19 +149,20 @@ def device_for(device: str | None, rank: int = 0) -> torch.device:
     return torch.device(f"cuda:{rank % torch.cuda.device_count()}" if cuda else "cpu")
 
 
-def run(name: str, knobs: dict[str, Any], steps: int, device: str | None = None) -> dict[str, Any]:
+def run(name: str, knobs: dict[str, Any], steps: int, device: str | None = None, seed: int = 0) -> dict[str, Any]:
     """One trial of workload ``name`` with ``knobs``: its measurement as the JSON the parent reads."""
     config = parse(knobs)
     if config.task == "infer":
-        return run_inference(name, config, steps, device)
-    return run_training(name, config, steps, device)
+        return run_inference(name, config, steps, device, seed)
+    return run_training(name, config, steps, device, seed)
 
 
-def run_training(name: str, config: Configuration, steps: int, device: str | None = None) -> dict[str, Any]:
+def run_training(name: str, config: Configuration, steps: int, device: str | None = None,
+                 seed: int = 0) -> dict[str, Any]:
     """Train ``steps`` baseline-sized batches' worth of samples with the knobs applied, timing each step."""
     import torch
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     probe_workload = build(name, config.options)
     base_batch = probe_workload.batch_size
     batch_size = int(config.value(BatchSize, base_batch))
@@ -168,7 +172,7 @@ def run_training(name: str, config: Configuration, steps: int, device: str | Non
     per_rank = batch_size // world
     workload = probe_workload
     if probe_workload.batch_sampler_dataset:
-        torch.manual_seed(0)  # the same initial weights as every other trial
+        torch.manual_seed(seed)  # the same initial weights as every other trial of this seed
         workload = build(name, {**config.options, "batch_size": per_rank})
     where = device_for(device, rank)
     model = workload.model.to(where)
@@ -196,9 +200,9 @@ def run_training(name: str, config: Configuration, steps: int, device: str | Non
         if setup.cuda:
             torch.cuda.synchronize(where)
         timer.ended(step, count_items(workload, batch) * world)
-    throughput, mean = timer.rates()
+    throughput, median_step = timer.rates()
     probe_model = model if world > 1 else setup.model  # under DDP, the module it wraps
-    return {"throughput": throughput, "mean_throughput": mean, "unit": workload.unit, "losses": losses,
+    return {"throughput": throughput, "median_step_throughput": median_step, "unit": workload.unit, "losses": losses,
             "eval_loss": _probe_loss(probe_workload, probe_model, where, base_batch), "world_size": world,
             "eval_metric": _evaluate(probe_workload, probe_model),
             "higher_is_better": probe_workload.higher_is_better, "data_wait_share": timer.data_wait_share(),
@@ -238,14 +242,15 @@ def _step(optimizers: list[torch.optim.Optimizer], loss: torch.Tensor, scaler: A
     scaler.update()
 
 
-def run_inference(name: str, config: Configuration, steps: int, device: str | None = None) -> dict[str, Any]:
+def run_inference(name: str, config: Configuration, steps: int, device: str | None = None,
+                  seed: int = 0) -> dict[str, Any]:
     """Serving: train ``steps`` plain fp32 steps (the same in every trial), then apply the inference knobs
     (dynamic int8 quantization, magnitude pruning, autocast, batch size, channels_last) and time forward passes.
     The probe loss after the knobs is what they cost in accuracy."""
     import torch
     from torch.utils.data import DataLoader
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     workload = build(name, config.options)
     if workload.batch_sampler_dataset:
         raise ValueError("inference trials need a per-sample dataset (batch size is the trial's knob)")
@@ -275,8 +280,8 @@ def run_inference(name: str, config: Configuration, steps: int, device: str | No
             timer.ended(step, count_items(workload, batch))
         probe = _probe_loss(workload, setup.model, where, workload.batch_size)
         metric = None if workload.evaluate is None else float(workload.evaluate(setup.model))
-    throughput, mean = timer.rates()
-    return {"throughput": throughput, "mean_throughput": mean, "unit": workload.unit, "losses": [],
+    throughput, median_step = timer.rates()
+    return {"throughput": throughput, "median_step_throughput": median_step, "unit": workload.unit, "losses": [],
             "eval_loss": probe, "eval_metric": metric, "higher_is_better": workload.higher_is_better,
             "steps": batches, "data_wait_share": None, "peak_memory_bytes": _peak_memory(setup.cuda)}
 
@@ -402,7 +407,8 @@ def main() -> None:
     if "LOCAL_RANK" in os.environ and os.environ.get(TUNER_PID):
         die_with_launcher(int(os.environ[TUNER_PID]))
     request = json.loads(os.environ.get("GPUFLY_TUNE_REQUEST") or sys.stdin.read())
-    result = run(request["workload"], request.get("knobs", {}), int(request.get("steps", 30)), request.get("device"))
+    result = run(request["workload"], request.get("knobs", {}), int(request.get("steps", 30)), request.get("device"),
+                 int(request.get("seed", 0)))
     if int(os.environ.get("RANK", "0")) == 0:
         print(json.dumps(result), flush=True)
     import torch
