@@ -170,7 +170,9 @@ class StepNoise:
 
     @classmethod
     def of(cls, times: list[float]) -> StepNoise | None:
-        """>>> StepNoise.of([0.010, 0.011, 0.009, 0.010, 0.012, 0.010]).p90_s
+        """The spread of step times, or None without steps.
+
+        >>> StepNoise.of([0.010, 0.011, 0.009, 0.010, 0.012, 0.010]).p90_s
         0.012
         """
         if not times:
