@@ -48,7 +48,7 @@ def test_a_user_workload_is_tuned_and_resumed(cli, tmp_path: Path) -> None:  # t
     if document["best"] is not None:
         assert report.code == 0 and f"tune: {len(names)} trials; best safe" in report.stdout
     else:
-        assert report.code == 2 and "named no winner" in report.stderr
+        assert report.code == 0 and "no winner" in " ".join(report.stdout.split()), report.stdout
     missing = cli("report", "--tune", str(tmp_path / "none.jsonl"))
     assert missing.code == 2 and "no tune results" in missing.stderr
 
