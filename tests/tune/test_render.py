@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from html import unescape
 
 from gpufly.tune.render import page, speedup_chart
 
@@ -34,3 +35,14 @@ def test_the_page_has_the_table_and_the_code() -> None:
     assert "workload option: sparse=True" in html and "<script" not in html
     assert "failed; nothing to compare" in page("x", ROWS[:1], None, "t.jsonl")
     assert "No trial measured" in speedup_chart([ROWS[3]], best=None)
+
+
+def test_the_page_records_the_device_the_steps_and_the_noise_floor() -> None:
+    receipt = {"device": "cpu (2 threads)", "steps": 40,
+               "noise": {"baseline_runs": 7, "noise_floor": 0.119, "throughputs": [1.0] * 7},
+               "accuracy": {"steps": 40, "seed_loss_drift": 0.2, "seed_metric_drift": 0.0}}
+    html = unescape(page("cnn", ROWS, None, "trials.jsonl", "No winner (too noisy): ...", receipt))
+    assert ("device cpu (2 threads); 40 steps per trial; noise floor 11.9% (the baseline's throughput over 7 runs"
+            in html)
+    assert "accuracy judged after 40 steps" in html and "Horizontal axis: throughput relative to the baseline" in html
+    assert "conditions not recorded" in page("cnn", ROWS, None, "trials.jsonl")

@@ -96,7 +96,8 @@ def tune(
     if html is not None:
         from gpufly.tune.render import write_html
 
-        write_html(html, workload, rows, best_row, str(results), f"No winner ({decision.verdict}): {decision.reason}")
+        write_html(html, workload, rows, best_row, str(results), f"No winner ({decision.verdict}): {decision.reason}",
+                   {"device": identity["device"], "steps": steps, **evidence})
     if as_json:
         mode = {"mode": "stages"} if stages_run else {}
         priced = {"price_per_hour": price_per_hour, "price": price_note} if stages_run else {}

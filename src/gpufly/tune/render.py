@@ -55,10 +55,26 @@ def _speedup(row: dict[str, Any]) -> str:
     return text if not interval or row.get("role") != "trial" else f"{text} [{interval[0]:.2f}-{interval[1]:.2f}]"
 
 
+def receipt_text(receipt: dict[str, Any] | None) -> str:
+    """What the figures were measured on and how noisy the machine was: device, steps, the baseline's spread."""
+    if not receipt:
+        return "conditions not recorded"
+    parts = [f"device {receipt.get('device') or 'unknown'}", f"{receipt.get('steps')} steps per trial"]
+    noise = receipt.get("noise") or {}
+    if noise.get("noise_floor") is not None:
+        parts.append(f"noise floor {noise['noise_floor']:.1%} (the baseline's throughput over "
+                     f"{noise['baseline_runs']} runs through the search)")
+    accuracy = receipt.get("accuracy") or {}
+    if accuracy.get("steps") is not None:
+        parts.append(f"accuracy judged after {accuracy['steps']} steps against two seeds of the baseline")
+    return "; ".join(parts)
+
+
 def page(workload: str, rows: list[dict[str, Any]], best: dict[str, Any] | None, results_file: str,
-         conclusion: str | None = None) -> str:
+         conclusion: str | None = None, receipt: dict[str, Any] | None = None) -> str:
     """The whole page; ``best`` is ``{"configuration", "speedup", "code"}`` (and the interval, once confirmed), or
-    None when the run named no winner: ``conclusion`` says why (by default, that the baseline failed)."""
+    None when the run named no winner: ``conclusion`` says why (by default, that the baseline failed).
+    ``receipt`` is ``{"device", "steps", "noise", "accuracy"}`` as ``gpufly tune --json`` gives them."""
     body = "".join(
         f"<tr><td>{html.escape(r['configuration'])}</td><td>{_cell(r['throughput'], '{:,.0f}')} "
         f"{html.escape(r['unit'])}/s</td><td>{_speedup(r)}</td>"
@@ -83,8 +99,10 @@ table {{ border-collapse: collapse; }} td, th {{ padding: 4px 10px; border-botto
 td:nth-child(2), td:nth-child(3), td:nth-child(4) {{ text-align: right; }}
 </style></head><body>
 <h1>gpufly tune {html.escape(workload)}</h1>
+<p id="receipt">Measured on: {html.escape(receipt_text(receipt))}</p>
 <h2>Speedup over the baseline (green: safe; amber: unsafe, the loss drifted or the metric dropped)</h2>
 {speedup_chart(rows, None if best is None else best["configuration"])}
+<p>Horizontal axis: throughput relative to the baseline (x), one bar per trial; the dashed line is 1x.</p>
 {verdict}
 <h2>Trials</h2>
 <table id="trials"><tr><th>configuration</th><th>throughput</th><th>speedup</th><th>loss drift</th>
@@ -95,7 +113,7 @@ td:nth-child(2), td:nth-child(3), td:nth-child(4) {{ text-align: right; }}
 
 
 def write_html(path: Path, workload: str, rows: list[dict[str, Any]], best: dict[str, Any] | None,
-               results_file: str, conclusion: str | None = None) -> None:
+               results_file: str, conclusion: str | None = None, receipt: dict[str, Any] | None = None) -> None:
     """The page, written atomically; the hint says the trial results are safe in ``results_file``."""
-    write_text_atomic(path, page(workload, rows, best, results_file, conclusion),
+    write_text_atomic(path, page(workload, rows, best, results_file, conclusion, receipt),
                       f"the trial results are kept in {results_file}; pick another --html path")
