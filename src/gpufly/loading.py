@@ -240,6 +240,17 @@ def _answer(answer: bytes, returncode: int, what: str, hint: str) -> Any:
     raise GpuflyError(f"{what} {reply[0]}", hint=hint)
 
 
+def exit_text(returncode: int) -> str:
+    """How a child process ended, for a message; a Windows NTSTATUS code shows as hex.
+
+    >>> exit_text(-11), exit_text(-99), exit_text(3), exit_text(0xC0000005)
+    ('crashed with SIGSEGV', 'crashed with signal 99', 'exited with code 3', 'exited with code 0xC0000005')
+    """
+    if returncode < 0:
+        return f"crashed with {_signal_name(-returncode)}"
+    return f"exited with code {f'0x{returncode:08X}' if returncode > 0xFFFF else returncode}"
+
+
 def _signal_name(number: int) -> str:
     """A signal's name for a message.
 

@@ -23,7 +23,6 @@ import importlib.util
 import io
 import json
 import re
-import signal
 import subprocess
 import sys
 import warnings
@@ -198,15 +197,6 @@ def installed_extensions(path: Sequence[str] | None = None,
     return found
 
 
-def _exit_text(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            return f"crashed with {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"crashed with signal {-returncode}"
-    return f"exited with code {returncode}"
-
-
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
     return lines[-1] if lines else ""
@@ -214,6 +204,8 @@ def _last_line(text: str) -> str:
 
 def _answer(done: subprocess.CompletedProcess[str], module: str) -> dict[str, Any]:
     """The child's JSON line, or an import error saying how the child ended without one."""
+    from gpufly.loading import exit_text
+
     line = next((line for line in reversed((done.stdout or "").splitlines()) if line.startswith(MARKER)), None)
     if line is not None:
         with contextlib.suppress(ValueError):
@@ -221,7 +213,7 @@ def _answer(done: subprocess.CompletedProcess[str], module: str) -> dict[str, An
             if isinstance(answer, dict):
                 return answer
     detail = _last_line(done.stderr or "")
-    what = f"{_exit_text(done.returncode)} while importing {module}"
+    what = f"{exit_text(done.returncode)} while importing {module}"
     return {"imported": False, "import_error": f"{what}: {detail[:300]}" if detail else what,
             "import_output": (done.stderr or "")[-OUTPUT_LIMIT:] or None}
 

@@ -15,7 +15,6 @@ import os
 import platform
 import queue
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -46,6 +45,7 @@ from gpufly.doctor.facts import (
 )
 from gpufly.errors import GpuflyError
 from gpufly.hw import GpuReader, GpuSample, Nvml, load_pynvml
+from gpufly.loading import exit_text
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 Spawn = Callable[[list[str]], "subprocess.Popen[str]"]
@@ -440,20 +440,11 @@ def _findable(name: str, find_spec: FindSpec) -> bool:
         return True
 
 
-def _exit_text(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            return f"crashed with {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"crashed with signal {-returncode}"
-    return f"exited with code {f'0x{returncode:08X}' if returncode > 0xFFFF else returncode}"
-
-
 def _child_failure(name: str, done: subprocess.CompletedProcess[str]) -> str:
     if done.returncode == 0:
         what = f"the import probe for {name} printed no result (stdout began {_first_line(done.stdout or '')[:80]!r})"
     else:
-        what = f"{_exit_text(done.returncode)} while importing {name}"
+        what = f"{exit_text(done.returncode)} while importing {name}"
     detail = _last_line(done.stderr or "")
     return f"{what}: {detail[:300]}" if detail else what
 
