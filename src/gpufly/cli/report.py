@@ -148,18 +148,13 @@ def render_models(rows: list[ModelFitRow], out: Console) -> None:
 
 def _cell(row: ModelFitRow) -> str:
     """The predicted tokens/s (the unit is in the title), or 'no' with the GiB per GPU the job needs."""
+    from gpufly.report.models_fit import range_text
+
     if not row.fits:
         return _("no: {size} GiB").format(size=f"{row.needs_bytes / 2**30:,.0f}")
     if not row.speed:
         return MISSING
-    return f"{row.speed:,.0f}{_range_text(row)}" + (" " + _("tight") if row.tight else "")
-
-
-def _range_text(row: ModelFitRow | BuyRow) -> str:
-    """' (88-145)': the 80% range of a predicted speed, or nothing where the estimate gives none."""
-    if row.speed_low is None or row.speed_high is None:
-        return ""
-    return f" ({row.speed_low:,.0f}-{row.speed_high:,.0f})"
+    return f"{row.speed:,.0f}{range_text(row)}" + (" " + _("tight") if row.tight else "")
 
 
 def render_buys(rows: list[BuyRow], budget: float | None, out: Console, gpu_here: bool = False) -> None:
@@ -182,11 +177,13 @@ def render_buys(rows: list[BuyRow], budget: float | None, out: Console, gpu_here
 
 
 def _buy_cell(row: BuyRow) -> str:
+    from gpufly.report.models_fit import range_text
+
     if row.gpu is None:
         return _("none in budget")
     where = f"{row.gpus}x {row.gpu}" if row.gpus > 1 else row.gpu
     price = MISSING if row.price_usd is None else f"${row.price_usd:,.0f}"
-    speed = MISSING if row.speed is None else f"{row.speed:,.0f}{_range_text(row)} tok/s"
+    speed = MISSING if row.speed is None else f"{row.speed:,.0f}{range_text(row)} tok/s"
     return f"{where}\n{price}, {speed}"
 
 

@@ -253,6 +253,8 @@ def _fits(models: Sequence[ModelFitRow], buys: Sequence[BuyRow], budget: float |
 
 def _fit_matrix(gpu: str, rows: Sequence[ModelFitRow]) -> str:
     """Models down, jobs across: each cell the predicted speed, or how much memory it lacks."""
+    from gpufly.report.models_fit import range_text
+
     count = rows[0].gpus
     where = f"{count}x {gpu}" if count > 1 else gpu
     jobs = list(dict.fromkeys(row.job for row in rows))
@@ -265,7 +267,7 @@ def _fit_matrix(gpu: str, rows: Sequence[ModelFitRow]) -> str:
             if row is None:
                 line.append("N/A")
                 continue
-            line.append(escape(_speed(row.speed, row.speed_unit.split(" ")[0]) + _range_text(row))
+            line.append(escape(_speed(row.speed, row.speed_unit.split(" ")[0]) + range_text(row))
                         + ("<br><span class=\"muted\">"
                         "tight</span>" if row.tight else "") if row.fits else
                         f'<span class="no">no: needs {_gib(row.needs_bytes)}</span>')
@@ -314,19 +316,15 @@ def _buy(buys: Sequence[BuyRow], budget: float | None) -> str:
 
 
 def _buy_cell(row: BuyRow) -> str:
+    from gpufly.report.models_fit import range_text
+
     if row.gpu is None:
         return '<span class="no">none in budget</span>'
     where = f"{row.gpus}x {row.gpu}" if row.gpus > 1 else row.gpu
     price = "N/A" if row.price_usd is None else f"${row.price_usd:,.0f}"
     return (f'<span title="{escape(row.command)}"><strong>{escape(where)}</strong><br>{price}, '
-            f"{escape(_speed(row.speed, row.speed_unit.split()[0]) + _range_text(row))}</span>")
+            f"{escape(_speed(row.speed, row.speed_unit.split()[0]) + range_text(row))}</span>")
 
-
-def _range_text(row: ModelFitRow | BuyRow) -> str:
-    """' (88-145)': the 80% range of a predicted speed, or nothing where the estimate gives none."""
-    if row.speed is None or row.speed_low is None or row.speed_high is None:
-        return ""
-    return f" ({row.speed_low:,.0f}-{row.speed_high:,.0f})"
 
 
 def _next(report: Report) -> str:

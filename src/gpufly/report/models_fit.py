@@ -102,6 +102,14 @@ def _range(speed: float | None, low: float | None, high: float | None) -> dict[s
     return {"low": low, "high": high, "coverage": 0.8}
 
 
+def range_text(row: ModelFitRow | BuyRow) -> str:
+    """' (88-145)': the 80% range of a row's predicted speed as the terminal and the page show it, or nothing
+    where there is no speed or the estimate gives no range."""
+    if row.speed is None or row.speed_low is None or row.speed_high is None:
+        return ""
+    return f" ({row.speed_low:,.0f}-{row.speed_high:,.0f})"
+
+
 def _headline_range(verdict: Fit) -> tuple[float | None, float | None]:
     """The 80% range of the speed ``headline`` picks: decode for inference, training tokens (or samples) per
     second for training."""
