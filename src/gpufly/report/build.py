@@ -166,7 +166,7 @@ def tune_summary(path: Path) -> TuneSummary:
     if decision.winner is None and decision.verdict in ("undecided", "too noisy"):
         return TuneSummary(trials=len(done), best="none", speedup=None, knobs={}, code=(), unsafe=unsafe,
                            failed=failed, verdict=decision.verdict, reason=decision.reason)
-    best = log.best_safe_or_error()
+    best = decision.winner or log.best_safe_or_error()  # the latter raises, saying why there is no winner
     return TuneSummary(trials=len(done), best=best.name, speedup=best.speedup, knobs=dict(best.knobs),
                        code=tuple(code_for(dict(best.knobs))), unsafe=unsafe, failed=failed,
                        verdict=decision.verdict, reason=decision.reason,
