@@ -15,10 +15,8 @@ DATA_FILE = DATA_DIR / "amd_intel_apple_more.toml"
 ENTRIES = tomllib.loads(DATA_FILE.read_text())["gpu"]
 APPLE_CHIPS = {entry["id"] for entry in ENTRIES if entry["vendor"] == "apple"}
 NO_PUBLISHED_RATE = {"gaudi3-pcie"}
-AWAITING_A_RATE_ROW = {
-    "max-1550": "architectures.toml has no Xe-HPC row",
-}
-NO_INTERCONNECT_FIGURE = {"mi300a", "max-1550", "gaudi3-pcie"}
+AWAITING_A_RATE_ROW: dict[str, str] = {}
+NO_INTERCONNECT_FIGURE = {"max-1550", "gaudi3-pcie"}
 GIB = 2**30
 
 
@@ -59,6 +57,26 @@ def test_names_of_cards_not_in_the_catalog_are_not_passed_off_as_a_neighbour(cat
 def test_gaudi_3_link_bandwidth_is_the_card_to_card_share_of_its_ports(catalog) -> None:
     scale_up_ports, gbit_per_port = 21, 200
     assert catalog.get("gaudi 3 oam").interconnect_gbps == scale_up_ports * gbit_per_port / 8 * 2
+
+
+def test_mi300a_link_bandwidth_is_two_links_to_each_of_three_peers(catalog) -> None:
+    peers, links_per_peer, gbps_per_link = 3, 2, 128
+    mi300a = catalog.get("mi300a")
+    assert mi300a.interconnect_gbps == peers * links_per_peer * gbps_per_link
+    assert mi300a.interconnect_gbps < catalog.get("mi300x").interconnect_gbps
+
+
+def test_max_1550_matrix_rates_are_derived_from_the_xe_hpc_row(catalog) -> None:
+    max1550 = catalog.get("max 1550")
+    xe_cores, mhz = 128, 1600
+    assert (max1550.sm_count, max1550.boost_clock_mhz) == (xe_cores, mhz)
+    assert max1550.bf16_tensor_tflops == pytest.approx(4096 * xe_cores * mhz / 1e6, abs=0.1)
+    assert max1550.tf32_tensor_tflops == pytest.approx(max1550.bf16_tensor_tflops / 2, abs=0.1)
+    assert max1550.int8_tensor_tops == pytest.approx(max1550.bf16_tensor_tflops * 2, abs=0.1)
+    assert {"bf16_tensor_tflops", "fp16_tensor_tflops", "tf32_tensor_tflops", "int8_tensor_tops"} <= set(
+        max1550.derivations)
+    fp64_ops_per_clock_per_xe_core, intel_fp64_headline = 256, 52
+    assert fp64_ops_per_clock_per_xe_core * xe_cores * mhz / 1e6 == pytest.approx(intel_fp64_headline, rel=0.03)
 
 
 def test_gaudi_3_means_the_oam_module_and_says_so(catalog) -> None:

@@ -13,7 +13,7 @@ DATA_FILE = DATA_DIR / "nvidia_more_geforce_laptop.toml"
 ENTRIES = tomllib.loads(DATA_FILE.read_text())["gpu"]
 IDS = [entry["id"] for entry in ENTRIES]
 NO_TENSOR_CORES = {"gtx-1660-ti", "gtx-1660-super"}
-NO_VENDOR_BOOST_CLOCK = {"rtx-5090-laptop", "rtx-5080-laptop"}
+NO_VENDOR_BOOST_CLOCK = {"rtx-5090-laptop", "rtx-5080-laptop", "rtx-5070-ti-laptop"}
 AWAITING_A_RATE_ROW: dict[str, str] = {}
 
 
@@ -25,6 +25,8 @@ AWAITING_A_RATE_ROW: dict[str, str] = {}
     ("TITAN RTX", "titan-rtx"), ("gtx 1660 ti", "gtx-1660-ti"),
     ("rtx 4090 laptop", "rtx-4090-laptop"), ("4060 mobile", "rtx-4060-laptop"),
     ("rtx 5080 laptop", "rtx-5080-laptop"), ("5080 mobile", "rtx-5080-laptop"), ("rtx 5080", "rtx-5080"),
+    ("rtx 5070 ti laptop", "rtx-5070-ti-laptop"), ("5070 ti mobile", "rtx-5070-ti-laptop"),
+    ("rtx 5070 ti", "rtx-5070-ti"),
 ])
 def test_typed_names_reach_the_added_entries(catalog, typed: str, expected: str) -> None:
     assert catalog.get(typed).id == expected
@@ -36,6 +38,8 @@ def test_typed_names_reach_the_added_entries(catalog, typed: str, expected: str)
     ("NVIDIA GeForce RTX 3080 Ti Laptop GPU", 15.7, "rtx-3080-ti-laptop"),
     ("NVIDIA GeForce RTX 5080 Laptop GPU", 15.5, "rtx-5080-laptop"),
     ("NVIDIA GeForce RTX 5080", 15.5, "rtx-5080"),
+    ("NVIDIA GeForce RTX 5070 Ti Laptop GPU", 11.5, "rtx-5070-ti-laptop"),
+    ("NVIDIA GeForce RTX 5070 Ti", 15.5, "rtx-5070-ti"),
     ("NVIDIA GeForce RTX 4090 D", 23.5, "rtx-4090-d"),
     ("NVIDIA GeForce RTX 4060 Ti", 7.6, "rtx-4060-ti-8gb"),
     ("NVIDIA GeForce RTX 4060 Ti", 15.6, "rtx-4060-ti-16gb"),
@@ -53,6 +57,24 @@ def test_a_laptop_gpu_is_its_own_smaller_part(catalog) -> None:
     assert laptop.segment == "laptop" and desktop.segment == "consumer"
     assert laptop.vram_gib < desktop.vram_gib
     assert laptop.memory_bandwidth_gbps < desktop.memory_bandwidth_gbps
+
+
+@pytest.mark.parametrize(("reported", "memory_gib"), [
+    ("NVIDIA GeForce RTX 5070 Ti Laptop GPU", 15.5), ("NVIDIA GeForce RTX 5070 Ti", 11.5),
+])
+def test_the_5070_ti_laptop_and_desktop_never_stand_in_for_each_other(catalog, reported: str,
+                                                                       memory_gib: float) -> None:
+    assert catalog.match_device(reported, int(memory_gib * 2**30)) is None
+    laptop = catalog.match_device("NVIDIA GeForce RTX 5070 Ti Laptop GPU")
+    assert laptop is not None and laptop.id == "rtx-5070-ti-laptop"
+
+
+def test_the_5070_ti_laptop_rates_follow_from_its_published_fp4_figure(catalog) -> None:
+    laptop = catalog.get("rtx 5070 ti laptop")
+    sparse_ai_tops, sms = 992, 46
+    assert laptop.fp4_tensor_tflops == sparse_ai_tops / 2 and laptop.sm_count == sms
+    assert laptop.fp16_tensor_tflops == pytest.approx(laptop.fp4_tensor_tflops * 512 / 4096)
+    assert laptop.is_derived("fp16_tensor_tflops") and laptop.boost_clock_mhz is None
 
 
 @pytest.mark.parametrize("entry", [e for e in ENTRIES if e["segment"] == "laptop"], ids=lambda e: e["id"])

@@ -24,7 +24,7 @@ VENDOR_DOMAINS = ("nvidia.com", "nvidia.cn", "nvidianews", "nvdam.widen.net")
     ("a800 sxm", "a800-sxm4-80gb"), ("a800 80gb pcie", "a800-pcie-80gb"), ("a800 40gb", "a800-pcie-40gb"),
     ("L20", "l20"), ("L2", "l2"), ("l40", "l40"), ("A10G", "a10g"), ("a10", "a10"),
     ("A2", "a2"), ("A16", "a16"), ("gh200", "gh200-96gb"), ("gh200 144gb", "gh200-144gb"),
-    ("GB200", "gb200"), ("B300", "b300"), ("b200", "b200"),
+    ("GB200", "gb200"), ("B300", "b300"), ("b200", "b200"), ("B100", "b100"), ("hgx b100", "b100"),
     ("v100 pcie", "v100-pcie-16gb"), ("v100 pcie 32gb", "v100-pcie-32gb"),
     ("p40", "p40"), ("tesla p4", "p4"),
     ("rtx 4000 ada", "rtx-4000-ada"), ("rtx 4500 ada", "rtx-4500-ada"), ("rtx 5000 ada", "rtx-5000-ada"),
@@ -69,6 +69,9 @@ def test_sparse_datasheet_figures_are_stored_halved(catalog) -> None:
     assert catalog.get("rtx 5000 ada").fp8_tensor_tflops == pytest.approx(1044.4 / 2, abs=0.1)
     assert catalog.get("a4000").fp16_tensor_tflops == pytest.approx(153.4 / 2, abs=0.1)
     assert catalog.get("gb200").fp4_tensor_tflops == 40_000 / 2 / 2
+    b100 = catalog.get("b100")
+    sparse = (14_000, 7_000, 3_500)
+    assert (b100.fp4_tensor_tflops, b100.fp8_tensor_tflops, b100.bf16_tensor_tflops) == tuple(x / 2 for x in sparse)
     assert catalog.get("jetson agx orin 32gb").int8_tensor_tops == 108 / 2
 
 
@@ -81,6 +84,7 @@ def test_export_parts_keep_their_compute_but_lose_interconnect(catalog) -> None:
 
 @pytest.mark.parametrize(("variant", "same_memory_as"), [
     ("h800", "h100 sxm"), ("h800 pcie", "h100 pcie"), ("h200 nvl", "h200 sxm"), ("gb200", "b200"), ("b300", "b200"),
+    ("b100", "b200"),
 ])
 def test_a_variant_on_the_same_hbm_stacks_has_the_same_bus_width(catalog, variant: str, same_memory_as: str) -> None:
     assert catalog.get(variant).memory_bus_bits == catalog.get(same_memory_as).memory_bus_bits
@@ -91,6 +95,13 @@ def test_hopper_bus_width_counts_the_enabled_hbm_stacks(catalog) -> None:
     assert catalog.get("h100 sxm").memory_bus_bits == 5 * stack_bits
     all_six = ("h20", "h100 nvl", "h200 sxm", "h200 nvl", "gh200", "gh200 144gb")
     assert {catalog.get(name).memory_bus_bits for name in all_six} == {6 * stack_bits}
+
+
+def test_the_b100_is_the_700_w_blackwell_not_the_b200(catalog) -> None:
+    b100, b200 = catalog.get("b100"), catalog.get("b200")
+    assert (b100.tdp_w, b200.tdp_w) == (700, 1000)
+    assert b100.bf16_tensor_tflops < b200.bf16_tensor_tflops
+    assert b100.interconnect_gbps == b200.interconnect_gbps == 1800
 
 
 def test_a_board_of_four_gpus_is_four_devices(catalog) -> None:

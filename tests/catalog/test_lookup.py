@@ -32,6 +32,8 @@ NAMES = [
     ("NVIDIA GeForce RTX 4090", "rtx-4090", None),
     ("NVIDIA GeForce RTX 4090 Laptop GPU", "rtx-4090-laptop", None),
     ("NVIDIA GeForce RTX 4070 Laptop GPU", "rtx-4070-laptop", None),
+    ("NVIDIA GeForce RTX 5070 Ti Laptop GPU", "rtx-5070-ti-laptop", None),
+    ("NVIDIA B100", "b100", None),
     ("NVIDIA GeForce RTX 4070 Ti", "rtx-4070-ti", None),
     ("NVIDIA GeForce RTX 4070 Ti SUPER", "rtx-4070-ti-super", None),
     ("NVIDIA RTX 6000 Ada Generation", "rtx-6000-ada", None),
@@ -67,6 +69,9 @@ NAMES = [
     ("4060 ti 16gb", "rtx-4060-ti-16gb", None),
     ("5090", "rtx-5090", None),
     ("5070 ti", "rtx-5070-ti", None),
+    ("rtx 5070 ti laptop", "rtx-5070-ti-laptop", None),
+    ("b100", "b100", None),
+    ("hgx b100", "b100", None),
     ("5070", "rtx-5070", None),
     ("RTX 5060", "rtx-5060", None),
     ("5060 ti 16gb", "rtx-5060-ti-16gb", None),
@@ -123,6 +128,7 @@ def test_every_name_resolves_to_its_entry_or_says_why_not(catalog, typed: str, e
     if not _present(catalog, expected):
         pytest.skip(f"{expected} is not in the catalog")
     if expected is None:
+        assert said is not None, "a name that resolves to nothing says what it says"
         with pytest.raises(GpuflyError) as caught:
             catalog.resolve(typed)
         assert caught.value.message.startswith(said) if said.startswith("'") else said in caught.value.message
@@ -145,6 +151,7 @@ def test_the_table_covers_at_least_sixty_names() -> None:
 @pytest.mark.parametrize(("typed", "not_this"), [
     ("h20", "h200-sxm"), ("4070 ti", "rtx-4070-ti-super"), ("5060", "rtx-5060-ti-8gb"), ("m3", "m3-max"),
     ("4090", "rtx-4090-d"), ("4090", "rtx-4090-laptop"), ("l40", "l40s"), ("a10", "a10g"), ("rtx 6000", "rtx-6000-ada"),
+    ("5070 ti", "rtx-5070-ti-laptop"), ("rtx 5070 ti", "rtx-5070-ti-laptop"), ("b100", "b200"), ("b10", "b100"),
 ])
 def test_a_partial_name_never_reaches_another_product(catalog, typed: str, not_this: str) -> None:
     assert not_this not in [spec.id for spec in catalog.find(typed)]
@@ -192,6 +199,8 @@ def test_a_name_missing_only_a_qualifier_says_what_it_assumed() -> None:
     ("NVIDIA GeForce RTX 4090 Laptop GPU", 16, "rtx-4090-laptop"),
     ("NVIDIA GeForce RTX 5080 Laptop GPU", 16, "rtx-5080-laptop"),
     ("NVIDIA GeForce RTX 5090 Laptop GPU", 24, "rtx-5090-laptop"),
+    ("NVIDIA GeForce RTX 5070 Ti Laptop GPU", 12, "rtx-5070-ti-laptop"),
+    ("NVIDIA GeForce RTX 5070 Ti", 16, "rtx-5070-ti"),
 ])
 def test_driver_names_match_their_entry(catalog, reported: str, memory_gib: float, expected: str) -> None:
     if not _present(catalog, expected):
@@ -203,6 +212,7 @@ def test_driver_names_match_their_entry(catalog, reported: str, memory_gib: floa
 @pytest.mark.parametrize("reported, memory_gib", [
     ("NVIDIA GeForce RTX 3070 Laptop GPU", 8),
     ("NVIDIA GeForce RTX 4090 Laptop GPU", 24),
+    ("NVIDIA GeForce RTX 5070 Ti Laptop GPU", 16),
     ("NVIDIA GeForce RTX 2050", 4),
     ("Tesla V100-PCIE-32GB", 16),
 ])

@@ -20,7 +20,7 @@ REQUIRED_GPUS = [
     "RTX 5070 Ti", "RTX 5080", "RTX 5090", "RTX A6000", "RTX 6000 Ada", "RTX PRO 6000 Blackwell", "P100",
     "V100 16GB", "V100 32GB", "T4", "A10", "A30", "A40", "A100 40GB SXM", "A100 80GB SXM", "A100 40GB PCIe",
     "A100 80GB PCIe", "L4", "L40", "L40S", "H100 SXM", "H100 PCIe", "H100 NVL", "H200", "B200", "MI250X",
-    "MI300X", "RX 7900 XTX", "M2 Ultra", "M3 Max", "M4 Max",
+    "MI300X", "RX 7900 XTX", "M2 Ultra", "M3 Max", "M4 Max", "B100", "RTX 5070 Ti Laptop",
 ]
 
 
@@ -75,8 +75,9 @@ def test_data_centre_cards_with_a_gpu_link_give_its_bandwidth_or_say_why_not(spe
 
 
 NO_SOURCED_BUS_WIDTH = {
-    "l2": "NVIDIA publishes no L2 datasheet and no secondary source seen gives its bus width",
-    "a10g": "neither NVIDIA nor AWS publishes the A10G's bus width",
+    "l2": "NVIDIA publishes no L2 datasheet and no secondary source seen gives its bus width (databases seen "
+          "confuse it with the L20's 384 bits)",
+    "a10g": "neither NVIDIA nor AWS publishes the A10G's bus width or memory data rate; 600 GB/s alone does not fix it",
 }
 
 
