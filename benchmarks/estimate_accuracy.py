@@ -180,7 +180,10 @@ class Comparison:
 
     @property
     def label(self) -> str:
-        """The accuracy table's metric: decode and prefill on several GPUs are lines of their own."""
+        """The accuracy table's metric: decode and prefill on several GPUs, and training across nodes, are lines of
+        their own."""
+        if self.where is not None and self.where.nodes > 1:
+            return f"multi-node {self.metric}"
         return f"multi-GPU {self.metric}" if self.metric in ("decode", "prefill") and self.gpus > 1 else self.metric
 
     @property
@@ -189,7 +192,7 @@ class Comparison:
         if w is None:
             return None
         return Residual(w.metric, w.engine, regime(w.gpus), w.family, w.format, w.params_b,
-                        math.log(self.measured / self.predicted))
+                        math.log(self.measured / self.predicted), w.nodes)
 
 
 class Skipped(dict[str, int]):
@@ -278,6 +281,10 @@ def _vram_row(row: dict[str, str], lookup: Lookup, skipped: Skipped) -> Iterator
                      side(row), where("inference memory", model, gpu, job))
 
 
+NODE_GPUS = 8
+"""A training row on more than 8 GPUs ran on nodes of 8 (llm-foundry's MosaicML clusters: 8-GPU A100/H100 nodes),
+with the catalog's default network between them (estimate/comms.py: InfiniBand HDR for A100, NDR for H100, a NIC
+per GPU); the FSDP rows are ZeRO-3 (Composer's default sharding, FULL_SHARD)."""
 TRAINING_PRESETS = {"resnet50": "resnet-50", "bert-base-uncased": "bert-base-uncased",
                     "bert-large-uncased": "bert-large-uncased",
                     **{f"mpt-{size}": str(HERE / "rows" / "models" / f"mpt-{size}.json")
@@ -298,8 +305,10 @@ def _training_row(row: dict[str, str], lookup: Lookup, skipped: Skipped) -> Iter
         return
     seq = re.search(r"seq (\d+)", row["seq_len_or_image_size"])
     gpus = count(row["gpu_count"], 1)
+    per_node, nodes = (NODE_GPUS, gpus // NODE_GPUS) if gpus > NODE_GPUS and gpus % NODE_GPUS == 0 else (gpus, 1)
     job = Job(task="full", mixed_precision=row["precision"] != "fp32", batch=count(row["batch_size"], 1),
-              context=int(seq.group(1)) if seq else 1, gpus=gpus,
+              context=int(seq.group(1)) if seq else 1, gpus=per_node, nodes=nodes,
+              zero=3 if "FSDP" in row["framework"] else 0,
               checkpointing="activation checkpointing: True" in row["notes"])
     predicted = training_speed(model, gpu, job)
     value = predicted.train_tokens_s if row["unit"] == "tokens/s" else predicted.train_samples_s
@@ -424,7 +433,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 TABLE_ORDER = ("decode", "multi-GPU decode", "prefill", "multi-GPU prefill", "inference memory", "training memory",
-               "training throughput", f"decode{NAIVE}")
+               "training throughput", "multi-node training throughput", f"decode{NAIVE}")
 
 
 def accuracy_table(found: list[Comparison]) -> list[tuple[str, str, str, int, float, float, float | None]]:
@@ -447,11 +456,11 @@ def accuracy_table(found: list[Comparison]) -> list[tuple[str, str, str, int, fl
 
 
 def print_table(found: list[Comparison]) -> None:
-    print(f"{'set':<6} {'metric':<22} {'engine':<13} {'n':>4} {'median |err|':>13} {'p90 |err|':>10} "
+    print(f"{'set':<6} {'metric':<31} {'engine':<13} {'n':>4} {'median |err|':>13} {'p90 |err|':>10} "
           f"{'in 80% range':>13}")
     for split, metric, engine_name, n, median, p90, inside in accuracy_table(found):
         shown = "-" if inside is None else f"{inside:.0%}"
-        print(f"{split:<6} {metric:<22} {engine_name:<13} {n:>4} {median:>13.1%} {p90:>10.1%} {shown:>13}")
+        print(f"{split:<6} {metric:<31} {engine_name:<13} {n:>4} {median:>13.1%} {p90:>10.1%} {shown:>13}")
     for split in ("fit", "check"):
         ranged = [c for c in found if c.side == split and c.range is not None]
         if ranged:
@@ -466,7 +475,7 @@ def print_worst(found: list[Comparison], per_set: int) -> None:
         for c in rows[:per_set]:
             r = c.range
             assert r is not None
-            print(f"  {split:<5} {c.label:<18} {c.error:>6.1%} predicted {c.predicted:>9.1f} "
+            print(f"  {split:<5} {c.label:<31} {c.error:>6.1%} predicted {c.predicted:>9.1f} "
                   f"({r.low:,.1f}-{r.high:,.1f}) measured {c.measured:>9.1f}  {c.row}")
 
 
@@ -492,7 +501,7 @@ def main() -> None:
     if args.detail:
         for c in sorted(found, key=lambda c: (c.side, c.label, -c.error)):
             shown = f"({c.range.low:,.1f}-{c.range.high:,.1f})" if c.range else ""
-            print(f"{c.side:<5} {c.label:<22} {c.error:>6.1%}  predicted {c.predicted:>9.1f} {shown:<22} "
+            print(f"{c.side:<5} {c.label:<31} {c.error:>6.1%}  predicted {c.predicted:>9.1f} {shown:<22} "
                   f"measured {c.measured:>9.1f}  {c.row}")
         print()
     measured = [c for c in found if not c.metric.endswith(NAIVE)]

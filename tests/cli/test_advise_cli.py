@@ -440,3 +440,68 @@ def test_calibrate_narrows_the_speed_ranges_and_says_by_how_much(cli, tmp_path) 
     text = cli(*args, "--calibrate", str(path)).stdout
     assert re.search(r"calibrated range: decode [\d.,]+-[\d.,]+ tok/s \(datasheet [\d.,]+-[\d.,]+\): \d+% narrower",
                      text)
+
+
+def test_fit_across_nodes_splits_the_step_and_finds_where_nodes_stop_paying(cli) -> None:
+    result = cli("fit", LLAMA, "--gpu", "8xH100", "--task", "full", "--zero", "3", "--nodes", "2",
+                 "--internode", "eth-100")
+    assert result.code == 0, result.stderr
+    out = result.stdout
+    assert "fits on 2 nodes of 8x H100 SXM" in out
+    assert "Training step" in out and "data-parallel communication (exposed) [comm]" in out
+    assert "--nics 1: one Ethernet NIC per node" in out, "the default taken is said"
+    assert "adding nodes stops paying at 2 nodes" in out
+    assert "no fit rows over a network without RDMA" in out, "the range says it is outside the calibrated region"
+
+
+def test_fit_across_nodes_json_carries_the_step_and_the_scaling(cli) -> None:
+    result = cli("fit", LLAMA, "--gpu", "8xH100", "--task", "full", "--nodes", "4", "--tp", "8", "--pp", "2",
+                 "--global-batch", "64", "--json")
+    assert result.code == 0, result.stderr
+    verdict = json.loads(result.stdout)["results"][0]
+    assert verdict["nodes"] == 4
+    parts = {part["name"]: part for part in verdict["speed"]["step"]}
+    assert {"compute", "tensor-parallel all-reduce", "pipeline bubble", "pipeline sends"} <= set(parts)
+    assert parts["tensor-parallel all-reduce"]["communication"] is True
+    assert verdict["speed"]["communication_s"] > 0 and verdict["speed"]["step_s"] > verdict["speed"]["communication_s"]
+    scaling = verdict["scaling"]
+    assert [p["nodes"] for p in scaling["points"]][:2] == [2, 4] and scaling["threshold"] == 0.5
+    assert verdict["speed_ranges"]["train_tokens_s"]["basis"]["widened"] is True
+    assert verdict["links"]["intra"]["kind"] == "nvlink" and verdict["links"]["inter"]["hop"] == "rdma"
+
+
+def test_fit_tensor_parallel_decode_shows_the_all_reduce_and_the_link(cli) -> None:
+    pcie = cli("fit", LLAMA, "--gpu", "4xA100-PCIe-80GB", "--engine", "vllm")
+    assert pcie.code == 0, pcie.stderr
+    assert "--link pcie: the A100 80GB PCIe's default" in pcie.stdout
+    assert "tensor-parallel all-reduce [comm]" in pcie.stdout and "PCIe 4.0 x16" in pcie.stdout
+    assert "no fit rows for tensor parallelism over PCIe" in pcie.stdout
+    bridged = cli("fit", LLAMA, "--gpu", "2xA100-PCIe-80GB", "--engine", "vllm", "--link", "nvlink", "--json")
+    step = json.loads(bridged.stdout)["results"][0]["speed"]["step"]
+    assert any("NVLink" in part["note"] for part in step)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--nodes", "0"), "--nodes must be a positive whole number"),
+    (("--task", "full", "--tp", "3"), "does not divide the 8 GPUs"),
+    (("--task", "full", "--nodes", "2", "--internode", "ib-nd"), "did you mean"),
+    (("--link", "nvlnk"), "did you mean nvlink"),
+    (("--nodes", "2"), "not for transformers"),
+    (("--task", "full", "--nodes", "2", "--global-batch", "100"), "whole number of micro-batches"),
+])
+def test_fit_refuses_multi_node_layouts_a_run_would_refuse(cli, args, message) -> None:
+    result = cli("fit", LLAMA, "--gpu", "8xH100", *args)
+    assert result.code == 2
+    assert message in result.stderr and "hint:" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_fit_says_which_scale_options_one_node_ignores(cli) -> None:
+    result = cli("fit", LLAMA, "--gpu", "8xH100", "--task", "full", "--zero", "3", "--internode", "ib-hdr")
+    assert result.code == 0, result.stderr
+    assert "--internode ib-hdr joins nodes; one node does not use it (ignored)" in result.stderr + result.stdout
+
+
+def test_recommend_across_nodes_counts_every_gpu(cli) -> None:
+    data = json.loads(cli("recommend", LLAMA, "--task", "full", "--nodes", "2", "--top", "3", "--json").stdout)
+    pick = data["picks"][0]
+    assert pick["nodes"] == 2 and data["job"]["nodes"] == 2

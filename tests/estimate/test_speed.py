@@ -93,10 +93,15 @@ def test_prefill_flops_count_causal_attention() -> None:
     assert prefill_flops(LLAMA, 1000) == 2 * LLAMA.params * 1000 + 2 * 32 * 1000**2 * heads_dim
 
 
-def test_training_scales_with_gpus() -> None:
-    one = training_speed(LLAMA, card(), Job(task="full", context=2048)).train_tokens_s
-    eight = training_speed(LLAMA, card(), Job(task="full", context=2048, gpus=8, zero=3)).train_tokens_s
-    assert eight == pytest.approx(8 * one)
+def test_training_scales_with_gpus_where_the_link_hides_the_communication() -> None:
+    nvlink = card(form_factor="SXM5", interconnect_gbps=900)
+    one = training_speed(LLAMA, nvlink, Job(task="full", context=2048)).train_tokens_s
+    eight = training_speed(LLAMA, nvlink, Job(task="full", context=2048, gpus=8, zero=3))
+    assert eight.train_tokens_s == pytest.approx(8 * one), "FSDP's gathers hide behind compute on NVLink"
+    pcie = training_speed(LLAMA, card(pcie_gen=4, form_factor="PCIe card"),
+                          Job(task="full", context=2048, gpus=8, zero=3))
+    assert pcie.train_tokens_s < eight.train_tokens_s, "over PCIe some of FSDP's traffic is left exposed"
+    assert pcie.communication_s > 0 and eight.communication_s == 0
 
 
 def test_largest_context_is_the_boundary(catalog) -> None:

@@ -21,6 +21,7 @@ from gpufly.i18n import ngettext
 if TYPE_CHECKING:
     from gpufly.catalog import Catalog, GpuSpec
     from gpufly.estimate.advise import Change, Fit, GpuChoice, Pick, Ranking
+    from gpufly.estimate.parallel import Scaling
     from gpufly.estimate.ranges import Estimate
     from gpufly.models.spec import ModelSpec
 
@@ -52,6 +53,26 @@ GpuMemory = Annotated[float, typer.Option("--gpu-memory-utilization",
                                           help="vLLM: the share of each GPU's memory it may claim.")]
 Fsdp = Annotated[str | None, typer.Option("--fsdp", help="FSDP: full_shard (= ZeRO-3) or shard_grad_op (= ZeRO-2).")]
 Fp32 = Annotated[bool, typer.Option("--fp32", help="Train in fp32 instead of mixed precision.")]
+Nodes = Annotated[int, typer.Option("--nodes", help="Nodes of --gpu COUNTxNAME each (training: data, pipeline or "
+                                     "tensor parallel across them; vLLM inference: a pipeline stage per node).")]
+Link = Annotated[str | None, typer.Option(
+    "--link", help="Link between the GPUs of a node: nvlink or pcie. Default: the GPU's fabric on SXM/OAM modules, "
+    "PCIe for add-in cards.", show_default=False)]
+InternodeOpt = Annotated[str | None, typer.Option(
+    "--internode", help="Network between nodes: ib-xdr, ib-ndr, ib-hdr, ib-edr, roce-400, roce-200, roce-100, "
+    "eth-100, eth-25, eth-10. Default: ib-ndr (ib-hdr before 2022) for data-centre modules, else eth-100.",
+    show_default=False)]
+Nics = Annotated[int | None, typer.Option(
+    "--nics", help="Network cards per node. Default: one per GPU for InfiniBand/RoCE, one per node for Ethernet.",
+    show_default=False)]
+Tp = Annotated[int, typer.Option("--tp", help="Training: tensor-parallel size (inside a node).")]
+Pp = Annotated[int, typer.Option("--pp", help="Training: pipeline stages (across nodes).")]
+Microbatches = Annotated[int | None, typer.Option(
+    "--microbatches", help="Training: micro-batches per step through the pipeline. Default: 4 x --pp.",
+    show_default=False)]
+GlobalBatch = Annotated[int | None, typer.Option(
+    "--global-batch", help="Training: samples per optimizer step across all GPUs (fixed as nodes are added). "
+    "Default: --batch on every data-parallel GPU.", show_default=False)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 Lang = Annotated[str | None, typer.Option("--lang", metavar="LANG", help=LANG_HELP)]
 
@@ -79,6 +100,9 @@ def _describe(spec: ModelSpec, job: Job) -> str:
     extra = f", {job.engine}" if not job.training else f", {job.optimizer}"
     if job.training and job.zero:
         extra += f", ZeRO-{job.zero}"
+    if job.training and job.tensor_parallel * job.pipeline_parallel > 1:
+        tp, pp, dp = job.layout
+        extra += f", tp {tp} x pp {pp} x dp {dp}"
     if job.checkpointing:
         extra += _(", gradient checkpointing")
     params = (_("{params} B params, {active} B active") if spec.active_params else _("{params} B params")).format(
@@ -142,6 +166,15 @@ def _bound(name: str) -> str:
             HOST_BOUND: _("host (the engine's per-layer launch time)")}.get(name, name)
 
 
+def _part(name: str) -> str:
+    """A step part's name (as in the JSON) in the reader's language."""
+    return {"compute": _("compute"), "tensor-parallel all-reduce": _("tensor-parallel all-reduce"),
+            "pipeline bubble": _("pipeline bubble"), "pipeline sends": _("pipeline sends"),
+            "pipeline sends between nodes": _("pipeline sends between nodes"),
+            "data-parallel communication (exposed)": _("data-parallel communication (exposed)"),
+            "engine overhead": _("engine overhead")}.get(name, _bound(name))
+
+
 def _item(name: str) -> str:
     """A memory item's name (``kv_cache``, as in the JSON) in the reader's language."""
     return {"weights": _("weights"), "kv_cache": _("kv_cache"), "activations": _("activations"),
@@ -169,6 +202,8 @@ def render_fit(verdict: Fit, changes: list[Change], out: Console) -> None:
     for note in verdict.memory.notes:
         out.print(_("note: {note}").format(note=note), markup=False)
     out.print(_speed_line(verdict), markup=False)
+    if verdict.job.world > 1 and verdict.speed.step:
+        _render_step(verdict, out)
     for basis in _bases(verdict):
         out.print(_("range: {basis}").format(basis=basis) + "  [docs/calibration.md]", markup=False)
     if not verdict.fits and not changes:
@@ -187,6 +222,81 @@ def render_fit(verdict: Fit, changes: list[Change], out: Console) -> None:
             options.add_row(change.description, _gib(change.fit.memory.total_bytes),
                             _("fits") if change.fit.fits else _("does not fit"))
         out.print(options)
+
+
+def _seconds(value: float) -> str:
+    return f"{value * 1e3:,.2f} ms" if value < 1 else f"{value:,.3f} s"
+
+
+def _render_step(verdict: Fit, out: Console) -> None:
+    """One step's time item by item, communication marked: a decode step at the end of the context, or a
+    training step across the job's GPUs and nodes."""
+    step = verdict.speed.step
+    total = sum(part.seconds for part in step)
+    title = _("Training step") if verdict.job.training else _("Decode step (end of the context)")
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
+    for index, column in enumerate((_("item"), _("time"), _("share"), _("how"))):
+        table.add_column(column, justify="right" if index in (1, 2) else "left")
+    for part in step:
+        name = _part(part.name) + (_(" [comm]") if part.communication else "")
+        table.add_row(name, _seconds(part.seconds), f"{part.seconds / total:.0%}" if total else MISSING, part.note)
+    communication = sum(part.seconds for part in step if part.communication)
+    table.add_row(_("total"), _seconds(total), "100%", _("communication {comm}, the rest {rest}").format(
+        rest=_seconds(total - communication), comm=_seconds(communication)), style="bold")
+    out.print(table)
+    if verdict.job.training and verdict.job.world > 1:
+        from gpufly.estimate.parallel import overlap_note
+
+        out.print(_("assumed: {note}").format(note=overlap_note()), markup=False)
+
+
+def _render_scaling(verdict: Fit, scaled: Scaling, out: Console) -> None:
+    """Throughput and efficiency over node counts, and where adding nodes stops paying."""
+    job = verdict.job
+    table = Table(title=_("Scaling over nodes ({gpus} GPUs each, tp {tp} x pp {pp} kept; data parallel grows)").format(
+        gpus=job.gpus, tp=job.tensor_parallel, pp=job.pipeline_parallel), box=box.SIMPLE_HEAD, title_justify="left")
+    for index, column in enumerate((_("nodes"), _("samples/s"), _("step"), _("exposed comm"), _("efficiency"),
+                                    _("fits"))):
+        table.add_column(column, justify="right" if index < 5 else "left")
+    shown = [p for p in scaled.points if p.nodes & (p.nodes - 1) == 0
+             or p.nodes in (job.nodes, scaled.stops_at, scaled.points[0].nodes)]
+    for point in shown:
+        table.add_row(str(point.nodes), _number(point.samples_s), _seconds(point.step_s),
+                      _seconds(point.communication_s), f"{point.efficiency:.0%}",
+                      _("fits") if point.fits else _("does not fit"),
+                      style="bold" if point.nodes == job.nodes else None)
+    out.print(table)
+    out.print(_stops_line(scaled), markup=False)
+    for note in (*scaled.notes, *([scaled.why] if scaled.why else [])):
+        out.print(_("note: {note}").format(note=note), markup=False)
+    asked = scaled.point(job.nodes)
+    if asked is not None and asked.communication_s > 0.5 * asked.step_s:
+        out.print(_("the step at {nodes} nodes is {share} exposed communication: a faster network (--internode, "
+                    "--nics) or a layout that moves fewer bytes across nodes pays more than more nodes").format(
+            nodes=job.nodes, share=f"{asked.communication_s / asked.step_s:.0%}"), markup=False)
+    out.print(_("efficiency: samples/s over (nodes x one node's samples/s at the smallest count), a ratio of two "
+                "predictions of the same model, whose shared bias cancels; llm-foundry's FSDP runs on 2-16 nodes "
+                "over InfiniBand scale near-linearly, as the model predicts (docs/calibration.md)"), markup=False)
+
+
+def _stops_line(scaled: Scaling) -> str:
+    from gpufly.estimate.parallel import MAX_NODES
+
+    if scaled.stops_at is None:
+        last = scaled.points[-1] if scaled.points else None
+        return _("adding nodes keeps paying up to {nodes} nodes (efficiency {eff}; each added node brings at least "
+                 "{share} of a node's throughput)").format(nodes=last.nodes if last else MAX_NODES,
+                                                           eff=f"{last.efficiency:.0%}" if last else MISSING,
+                                                           share=f"{scaled.threshold:.0%}")
+    point = scaled.point(scaled.stops_at)
+    before = max((p for p in scaled.points if p.nodes < scaled.stops_at), key=lambda p: p.nodes)
+    said = _("adding nodes stops paying at {nodes} nodes: going from {before} to {nodes} changes samples/s by "
+             "{gain} per added node, under {share} of what a node brought at {first} ({base}; efficiency {eff})")
+    return said.format(
+        nodes=scaled.stops_at, before=before.nodes, first=scaled.points[0].nodes,
+        gain=f"{((point.samples_s if point else 0.0) - before.samples_s) / (scaled.stops_at - before.nodes):+,.2f}",
+        share=f"{scaled.threshold:.0%}", base=_number(scaled.points[0].samples_s / scaled.points[0].nodes),
+        eff=f"{point.efficiency:.0%}" if point else MISSING)
 
 
 def _render_catalog(job: Job, fits: list[Fit], solved: list[dict[str, int | None]], out: Console) -> None:
@@ -281,6 +391,8 @@ def fit(
     engine: EngineOpt = None, optimizer: Optimizer = "adamw", zero: Zero = 0,
     checkpointing: Checkpointing = None, lora_rank: LoraRank = None, lora_targets: LoraTargets = None,
     fsdp: Fsdp = None, fp32: Fp32 = False, gpu_memory_utilization: GpuMemory = 0.9,
+    nodes: Nodes = 1, link: Link = None, internode: InternodeOpt = None, nics: Nics = None, tp: Tp = 1, pp: Pp = 1,
+    microbatches: Microbatches = None, global_batch: GlobalBatch = None,
     max_ctx: Annotated[bool, typer.Option("--max-ctx", help="Solve for the longest context that fits.")] = False,
     max_batch: Annotated[bool, typer.Option("--max-batch", help="Solve for the largest batch that fits.")] = False,
     exact: Annotated[bool, typer.Option("--exact", help="Count parameters on the meta device (transformers).")] = False,
@@ -295,6 +407,10 @@ def fit(
       gpufly fit llama-3.1-70b --gpu 2xH100 --quant int4
       gpufly fit qwen2.5-7b --gpu 4090 --task qlora --max-batch --lang zh
       gpufly fit llama-3.1-8b --task full --zero 3 --gpu 8xA100 --json
+      gpufly fit llama-3.1-8b --gpu 4xA100-PCIe-80GB --engine vllm --link pcie
+      gpufly fit llama-3.1-70b --task full --fsdp full_shard --checkpointing --gpu 8xH100 --nodes 4
+      gpufly fit llama-3.1-70b --task full --gpu 8xH100 --nodes 4 --tp 8 --pp 4 --global-batch 512
+      gpufly fit llama-3.1-8b --task full --zero 3 --gpu 8xA100 --nodes 2 --internode eth-100
     """
     choose_language(lang, json_out)
     from gpufly.catalog import default_catalog
@@ -313,7 +429,10 @@ def fit(
     base = Job.from_options(spec, task=task, quant=quant, context=_context(spec, ctx), batch=batch, kv_format=kv,
                             engine=engine, optimizer=optimizer, zero=zero, checkpointing=checkpointing,
                             lora_rank=lora_rank, fp32=fp32, lora_targets=lora_targets, fsdp=fsdp,
-                            gpu_memory_utilization=gpu_memory_utilization, note=print_note)
+                            gpu_memory_utilization=gpu_memory_utilization,
+                            gpus=targets[0].count if targets else 1, nodes=nodes, link=link,
+                            internode=internode, nics=nics, tensor_parallel=tp, pipeline_parallel=pp,
+                            microbatches=microbatches, global_batch=global_batch, note=print_note)
     out = console()
     solve = {"max_ctx": max_ctx, "max_batch": max_batch}
     if not targets:
@@ -321,10 +440,12 @@ def fit(
         return
     results = []
     narrowed: list[dict[str, dict[str, float]]] = []
+    scalings: list[Scaling | None] = []
     for target in targets:
         job = base.with_(gpus=target.count)
         verdict = fit_one(spec, target.spec, job, calibrated=calibrate is not None)
         results.append((target, verdict, changes(verdict), _solve(spec, target.spec, job, solve)))
+        scalings.append(_scaling(spec, verdict))
         if calibrate is not None:
             narrowed.append(_narrowing(verdict, fit_one(spec, catalog.get(target.spec.id), job)))
     solving = any(solve.values())
@@ -334,6 +455,8 @@ def fit(
         print_json({"schema_version": SCHEMA_VERSION, "model": spec.to_dict(), "job": base.to_dict(),
                     "results": [{**solved, **v.to_dict(), "assumed": target.assumed,
                                  "changes": [c.to_dict() for c in ch],
+                                 "scaling": scaled.to_dict() if (scaled := scalings[i]) else None,
+                                 "links": _links(v),
                                  **({"calibration": narrowed[i]} if narrowed else {})}
                                 for i, (target, v, ch, solved) in enumerate(results)]})
     else:
@@ -341,10 +464,29 @@ def fit(
             out.print(_("calibrated: {note}").format(note=note))
         for i, (_target, verdict, found_changes, solved) in enumerate(results):
             _render_result(spec, verdict, found_changes, solved, out)
+            scaled = scalings[i]
+            if scaled is not None and scaled.points:
+                _render_scaling(verdict, scaled, out)
             for line in _narrowing_lines(narrowed[i] if narrowed else {}):
                 out.print(line, markup=False)
     if not ok:
         raise typer.Exit(1)
+
+
+def _links(verdict: Fit) -> dict[str, object] | None:
+    """The links a job on several GPUs runs over (estimate/comms.py), for --json."""
+    from gpufly.estimate.comms import topology
+
+    return topology(verdict.gpu, verdict.job)[0].to_dict() if verdict.job.world > 1 else None
+
+
+def _scaling(spec: ModelSpec, verdict: Fit) -> Scaling | None:
+    """For training across nodes, throughput over node counts and where adding nodes stops paying."""
+    from gpufly.estimate.parallel import scaling
+
+    if not verdict.job.training or verdict.job.nodes == 1:
+        return None
+    return scaling(spec, verdict.gpu, verdict.job)
 
 
 def _narrowing(calibrated: Fit, datasheet: Fit) -> dict[str, dict[str, float]]:
@@ -405,7 +547,7 @@ def recommend(
     task: Task = "infer", quant: Quant = None, ctx: Ctx = None, batch: Batch = 1, kv: Kv = "fp16",
     engine: EngineOpt = None, optimizer: Optimizer = "adamw", checkpointing: Checkpointing = None,
     lora_rank: LoraRank = None, lora_targets: LoraTargets = None, fp32: Fp32 = False,
-    gpu_memory_utilization: GpuMemory = 0.9,
+    gpu_memory_utilization: GpuMemory = 0.9, nodes: Nodes = 1, internode: InternodeOpt = None, nics: Nics = None,
     budget: Annotated[
         float | None, typer.Option("--budget", metavar="USD", help="Most to spend (launch prices).")
     ] = None,
@@ -420,6 +562,7 @@ def recommend(
       gpufly recommend llama-3.1-8b
       gpufly recommend llama-3.1-70b --quant int4 --budget 5000
       gpufly recommend qwen2.5-7b --task lora --prefer cost --top 5 --lang zh
+      gpufly recommend llama-3.1-70b --task full --nodes 4 --internode ib-ndr
     """
     from gpufly.catalog import default_catalog
     from gpufly.estimate.advise import recommend as rank
@@ -434,7 +577,7 @@ def recommend(
     job = Job.from_options(spec, task=task, quant=quant, context=_context(spec, ctx), batch=batch, kv_format=kv,
                            engine=engine, optimizer=optimizer, checkpointing=checkpointing, lora_rank=lora_rank,
                            fp32=fp32, lora_targets=lora_targets, gpu_memory_utilization=gpu_memory_utilization,
-                           note=print_note)
+                           nodes=nodes, internode=internode, nics=nics, note=print_note)
     ranking = rank(spec, job, default_catalog(), budget_usd=budget, max_gpus=max_gpus, prefer=prefer)
     if json_out:
         print_json({"schema_version": SCHEMA_VERSION, "model": spec.to_dict(), "job": job.to_dict(),
@@ -471,7 +614,8 @@ def _render_ranking(ranking: Ranking, budget: float | None, top: int, out: Conso
         count = pick.fit.job.gpus
         group = ranking.tie_group(index)
         table.add_row(str(index + 1), f"={group}" if group else "",
-                      f"{count}x {pick.fit.gpu.name}" if count > 1 else pick.fit.gpu.name,
+                      (f"{count}x {pick.fit.gpu.name}" if count > 1 else pick.fit.gpu.name)
+                      + (_(" x {nodes} nodes").format(nodes=pick.fit.job.nodes) if pick.fit.job.nodes > 1 else ""),
                       f"{_gib(pick.fit.memory.total_bytes)} / {pick.fit.gpu.vram_gib:g}"
                       + (_(" (tight)") if pick.fit.tight else ""),
                       _rate(pick.throughput, pick.unit.split()[0], _headline_range(pick)),

@@ -10,7 +10,7 @@ from typing import Any
 from gpufly.catalog.lookup import Catalog
 from gpufly.catalog.spec import GpuSpec
 from gpufly.errors import GpuflyError
-from gpufly.estimate.checks import check_job, device_spec, splits_tensors, tensor_parallel_ok
+from gpufly.estimate.checks import check_job, check_nodes, device_spec, splits_tensors, tensor_parallel_ok
 from gpufly.estimate.engines import (
     GIB,
     LLAMA_CPP_KV_LADDER,
@@ -95,6 +95,8 @@ class Fit:
     def verdict(self) -> str:
         gib = abs(self.free_bytes) / GIB
         where = f"{self.job.gpus}x {self.gpu.name}" if self.job.gpus > 1 else self.gpu.name
+        if self.job.nodes > 1:
+            where = _("{nodes} nodes of {where}").format(nodes=self.job.nodes, where=where)
         if self.tight:
             return _("fits on {where} with only {free} GiB free per GPU: within the memory estimate's error (median "
                      "{error}), so a real run may not fit").format(where=where, free=f"{gib:.2f}",
@@ -106,7 +108,8 @@ class Fit:
     def to_dict(self) -> dict[str, Any]:
         predicted = self.speed.to_dict()
         ranges = {name: e.to_dict() for name, e in self.speed_ranges.items()}
-        return {"gpu": self.gpu.id, "gpu_name": self.gpu.name, "gpus": self.job.gpus, "fits": self.fits,
+        return {"gpu": self.gpu.id, "gpu_name": self.gpu.name, "gpus": self.job.gpus, "nodes": self.job.nodes,
+                "fits": self.fits,
                 "tight": self.tight, "verdict": self.verdict, "capacity_bytes": self.capacity_bytes,
                 "free_bytes": self.free_bytes, "memory": self.memory.to_dict(),
                 "memory_range": self.memory_range.to_dict() if self.memory_range else None,
@@ -122,10 +125,30 @@ def fit(model: ModelSpec, gpu: GpuSpec, job: Job, calibrated: bool = False) -> F
     (estimate/calibrate.py), which narrows the speed ranges. Raises GpuflyError for what a real run would refuse."""
     notes = check_job(model, gpu, job)
     device = device_spec(gpu)
+    if job.world > 1:
+        from gpufly.estimate.comms import topology
+
+        notes += topology(device, job)[1]
     needed, predicted = memory(model, job), speed(model, device, job)
     return Fit(model, device, job, needed, predicted, card=gpu, notes=notes,
                memory_range=memory_estimate(model, device, job, needed.total_bytes),
                speed_ranges=speed_estimates(model, device, job, predicted, calibrated))
+
+
+def _fit_or_none(model: ModelSpec, gpu: GpuSpec, job: Job) -> Fit | None:
+    """The verdict for a change gpufly tries, or None where a real run would refuse it (llama.cpp across nodes)."""
+    try:
+        return fit(model, gpu, job)
+    except GpuflyError:
+        return None
+
+
+def _resized(job: Job, count: int, **changes: Any) -> Job | None:
+    """``job`` on ``count`` GPUs per node, or None where its --tp/--pp layout does not divide them."""
+    try:
+        return job.with_(gpus=count, **changes)
+    except GpuflyError:
+        return None
 
 
 def _runs(model: ModelSpec, job: Job) -> bool:
@@ -226,7 +249,9 @@ def _more_gpus(model: ModelSpec, job: Job, gpu: GpuSpec) -> Iterable[tuple[str, 
         if count > job.gpus:
             zero = {"zero": 3} if job.training else {}
             flag = " --zero 3" if zero and job.zero != 3 else ""
-            changed = job.with_(gpus=count, **zero)
+            changed = _resized(job, count, **zero)
+            if changed is None:
+                continue
             if _runs(model, changed):
                 yield f"--gpu {count}x{gpu.name.replace(' ', '')}{flag}", changed
 
@@ -246,8 +271,8 @@ def changes(current: Fit) -> list[Change]:
             candidates.append((f"--ctx {best}", job.with_(context=best)))
     candidates += _more_gpus(model, job, gpu)
     total = current.memory.total_bytes
-    results = [change for change in (Change(text, fit(model, gpu, changed)) for text, changed in candidates)
-               if change.fit.memory.total_bytes < total]
+    results = [Change(text, verdict) for text, changed in candidates
+               if (verdict := _fit_or_none(model, gpu, changed)) is not None and verdict.memory.total_bytes < total]
     if current.fits:
         return results[:4]
     fitting = [change for change in results if change.fit.fits]
@@ -267,7 +292,7 @@ class Pick:
 
     @property
     def watts(self) -> float | None:
-        return self.fit.gpu.tdp_w * self.fit.job.gpus if self.fit.gpu.tdp_w else None
+        return self.fit.gpu.tdp_w * self.fit.job.world if self.fit.gpu.tdp_w else None
 
     @property
     def per_dollar(self) -> float | None:
@@ -385,16 +410,17 @@ def recommend(model: ModelSpec, job: Job, catalog: Iterable[GpuSpec], budget_usd
     if max_gpus <= 0:
         raise GpuflyError(f"--max-gpus must be at least 1, got {max_gpus}",
                           hint=f"e.g. --max-gpus 8 (counts tried: {', '.join(map(str, GPU_COUNTS))})")
+    check_nodes(job)
     picks: list[Pick] = []
     for gpu in catalog:
         for count in (c for c in GPU_COUNTS if c <= max_gpus):
-            changed = job.with_(gpus=count, zero=3 if job.training and count > 1 else job.zero)
-            if not _runs(model, changed):
+            changed = _resized(job, count, zero=3 if job.training and count * job.nodes > 1 else job.zero)
+            if changed is None or not _runs(model, changed):
                 continue
             verdict = fit(model, gpu, changed)
             if not verdict.fits:
                 continue
-            price = verdict.gpu.launch_price_usd * count if verdict.gpu.launch_price_usd else None
+            price = verdict.gpu.launch_price_usd * changed.world if verdict.gpu.launch_price_usd else None
             if budget_usd is not None and (price is None or price > budget_usd):
                 break
             throughput, unit = headline(verdict.speed, changed)

@@ -62,15 +62,37 @@ def tensor_parallel_sizes(model: ModelSpec) -> list[int]:
 
 
 def check_tensor_parallel(model: ModelSpec, job: Job) -> None:
-    """Refuse a tensor-parallel size the engine would refuse, naming the sizes that work."""
-    if not splits_tensors(job) or tensor_parallel_ok(model, job.gpus):
+    """Refuse a tensor-parallel size the engine (or Megatron-style training, --tp) would refuse, naming the sizes
+    that work."""
+    size = job.tensor_parallel if job.training else job.gpus
+    if (job.training and size == 1) or (not job.training and not splits_tensors(job)):
+        return
+    if tensor_parallel_ok(model, size):
         return
     assert model.attention is not None
     kv = f" and {model.attention.kv_heads} KV heads" if model.attention.kind == "mha" else ""
     sizes = ", ".join(map(str, tensor_parallel_sizes(model)))
-    raise GpuflyError(f"{engine(job.engine).display} cannot split {model.name}'s {model.heads} attention heads{kv} "
-                      f"across {job.gpus} GPUs (tensor parallelism needs the size to divide them)",
-                      hint=f"tensor-parallel sizes that work: {sizes}; or --engine llama.cpp, which splits layers")
+    who = "tensor-parallel training" if job.training else engine(job.engine).display
+    other = "" if job.training else "; or --engine llama.cpp, which splits layers"
+    raise GpuflyError(f"{who} cannot split {model.name}'s {model.heads} attention heads{kv} "
+                      f"across {size} GPUs (tensor parallelism needs the size to divide them)",
+                      hint=f"tensor-parallel sizes that work: {sizes}{other}")
+
+
+def check_nodes(job: Job) -> str | None:
+    """Refuse inference across nodes on an engine that cannot run it; a note when tensor parallelism crosses nodes
+    (every layer's all-reduces then wait on the network, ten times slower than NVLink or worse)."""
+    if job.nodes == 1:
+        return None
+    if not job.training and engine(job.engine).splits_layers:
+        raise GpuflyError(f"gpufly models inference across nodes for vLLM (tensor parallel in a node, a pipeline "
+                          f"stage per node), not for {engine(job.engine).display}",
+                          hint="--engine vllm, or --nodes 1")
+    if job.training and job.tensor_parallel > job.gpus:
+        return _("--tp {tp} spans {nodes} nodes: each layer's all-reduces cross the network, usually the slowest "
+                 "layout; keep --tp at {gpus} or less and put the nodes in --pp or data parallelism").format(
+            tp=job.tensor_parallel, nodes=job.tensor_parallel // job.gpus, gpus=job.gpus)
+    return None
 
 
 def device_spec(gpu: GpuSpec) -> GpuSpec:
@@ -102,4 +124,4 @@ def die_note(gpu: GpuSpec, count: int) -> str | None:
 def check_job(model: ModelSpec, gpu: GpuSpec, job: Job) -> tuple[str, ...]:
     """Refuse what a real run would refuse; the notes for what it would run with a caveat."""
     check_tensor_parallel(model, job)
-    return tuple(note for note in (context_note(model, job), die_note(gpu, job.gpus)) if note)
+    return tuple(note for note in (context_note(model, job), die_note(gpu, job.gpus), check_nodes(job)) if note)

@@ -51,6 +51,14 @@ class Job:
     lora_rank: int = 16
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
     gpu_memory_utilization: float = 0.9
+    nodes: int = 1
+    link: str = ""
+    internode: str = ""
+    nics: int = 0
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    microbatches: int = 0
+    global_batch: int = 0
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -58,10 +66,17 @@ class Job:
         if self.optimizer not in OPTIMIZERS:
             _bad("optimizer", self.optimizer, OPTIMIZERS)
         for name, flag in (("context", "--ctx"), ("batch", "--batch"), ("gpus", "--gpu COUNTx"),
-                           ("lora_rank", "--lora-rank")):
+                           ("lora_rank", "--lora-rank"), ("nodes", "--nodes"), ("tensor_parallel", "--tp"),
+                           ("pipeline_parallel", "--pp")):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise GpuflyError(f"{flag} must be a positive whole number, got {value}", hint=f"e.g. {flag} 8")
+        for name, flag in (("nics", "--nics"), ("microbatches", "--microbatches"),
+                           ("global_batch", "--global-batch")):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise GpuflyError(f"{flag} must be a positive whole number, got {value}", hint=f"e.g. {flag} 8")
+        self._check_layout()
         if self.zero not in (0, 1, 2, 3):
             raise GpuflyError(f"--zero must be 0, 1, 2 or 3, got {self.zero}",
                               hint="ZeRO-1 shards optimizer states, 2 also gradients, 3 also weights")
@@ -74,7 +89,10 @@ class Job:
                      batch: int = 1, kv_format: str = "fp16", engine: str | None = None, optimizer: str = "adamw",
                      zero: int = 0, checkpointing: bool | None = None, lora_rank: int | None = None,
                      fp32: bool = False, lora_targets: str | None = None, fsdp: str | None = None,
-                     gpu_memory_utilization: float = 0.9, note: Callable[[str], None] | None = None) -> Job:
+                     gpu_memory_utilization: float = 0.9, gpus: int = 1, nodes: int = 1, link: str | None = None,
+                     internode: str | None = None, nics: int | None = None, tensor_parallel: int = 1,
+                     pipeline_parallel: int = 1, microbatches: int | None = None, global_batch: int | None = None,
+                     note: Callable[[str], None] | None = None) -> Job:
         """The Job a person's options describe for ``spec``, as `gpufly fit` and `recommend` take them.
 
         A GGUF file brings its own format (and llama.cpp for inference) as the defaults, and options the user gave
@@ -83,16 +101,26 @@ class Job:
         layers (the default: those of DEFAULT_LORA_TARGETS the model has); ``checkpointing`` None is the task's
         recipe default (RECIPE_CHECKPOINTING: on for LoRA and QLoRA, off for full training); ``lora_rank`` None is 16.
 
+        ``link`` (nvlink or pcie) and ``internode`` (a data/internode.json name) are resolved here; None is the
+        GPU's default, chosen where the GPU is known (estimate/comms.py).
+
         Options that contradict each other (`--fsdp full_shard --zero 2`) are refused; options the task does not use
         (`--zero` for inference, `--lora-rank` for full training) are said, one sentence each, through ``note``: a
         person who gave them expects them to count, and silence would let them believe they did.
         """
+        from gpufly.estimate.comms import internode as resolve_internode
+        from gpufly.estimate.comms import link_kind
         from gpufly.estimate.engines import engine as check_engine
         from gpufly.estimate.formats import kv_bytes, weight_format
         from gpufly.estimate.memory import lora_targets as resolve_targets
 
         unused = _unused_options(task, zero=zero, fsdp=fsdp, lora_rank=lora_rank, lora_targets=lora_targets,
                                  checkpointing=checkpointing, fp32=fp32, quant=quant)
+        unused += _unused_scale_options(task, nodes=nodes, internode=internode, nics=nics,
+                                        pipeline_parallel=pipeline_parallel, microbatches=microbatches,
+                                        global_batch=global_batch)
+        link = link_kind(link) if link is not None else ""
+        internode = resolve_internode(internode).name if internode is not None else ""
         from_file = spec.weight_format if spec.source.startswith("gguf:") else None
         quant = quant or (from_file.lower() if from_file else "bf16")
         fmt = weight_format(quant)
@@ -113,7 +141,10 @@ class Job:
         job = cls(task=task, quant=quant, context=context, batch=batch, kv_format=kv_format, engine=engine,
                   optimizer=optimizer, zero=zero, checkpointing=checkpointing,
                   lora_rank=DEFAULT_LORA_RANK if lora_rank is None else lora_rank,
-                  mixed_precision=not fp32, lora_targets=targets, gpu_memory_utilization=gpu_memory_utilization)
+                  mixed_precision=not fp32, lora_targets=targets, gpu_memory_utilization=gpu_memory_utilization,
+                  gpus=gpus, nodes=nodes, link=link, internode=internode, nics=nics or 0,
+                  tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel, microbatches=microbatches or 0,
+                  global_batch=global_batch or 0)
         for sentence in unused:  # once the options are known to be valid: a refused run needs no notes
             (note or _ignore)(sentence)
         return job
@@ -124,6 +155,42 @@ class Job:
     @property
     def training(self) -> bool:
         return self.task != "infer"
+
+    @property
+    def world(self) -> int:
+        """Every GPU of the job: ``gpus`` per node times ``nodes``."""
+        return self.gpus * self.nodes
+
+    @property
+    def layout(self) -> tuple[int, int, int]:
+        """(tensor, pipeline, data) parallel sizes. Training: --tp and --pp as given, data parallel over the rest.
+        Inference: tensor parallel inside a node, a pipeline stage per node (vLLM's multi-node layout)."""
+        if not self.training:
+            return self.gpus, self.nodes, 1
+        tp, pp = self.tensor_parallel, self.pipeline_parallel
+        return tp, pp, self.world // (tp * pp)
+
+    @property
+    def data_parallel(self) -> int:
+        return self.layout[2]
+
+    def _check_layout(self) -> None:
+        """Refuse a split the launcher would refuse: --tp x --pp must divide the GPUs; tensor parallelism past a node
+        spans whole nodes; inference takes its layout from --gpu and --nodes."""
+        tp, pp = self.tensor_parallel, self.pipeline_parallel
+        if not self.training:
+            if tp > 1 or pp > 1:
+                raise GpuflyError("--tp and --pp set a training layout; inference splits tensors over --gpu COUNT and "
+                                  "pipeline stages over --nodes", hint="drop --tp/--pp, or give --task full, lora or "
+                                                                       "qlora")
+            return
+        if self.world % (tp * pp):
+            raise GpuflyError(f"--tp {tp} x --pp {pp} = {tp * pp} does not divide the {self.world} GPUs "
+                              f"({self.gpus} per node x {self.nodes} nodes)",
+                              hint="the data-parallel size is GPUs / (tp x pp), a whole number")
+        if tp > self.gpus and tp % self.gpus:
+            raise GpuflyError(f"--tp {tp} spans nodes of {self.gpus} GPUs without filling them",
+                              hint=f"--tp {self.gpus} or less keeps tensor parallelism inside a node")
 
     def with_(self, **changes: Any) -> Job:
         return replace(self, **changes)
@@ -177,6 +244,25 @@ def _unused_options(task: str, *, zero: int, fsdp: str | None, lora_rank: int | 
         if lora_targets is not None:
             unused.append(_("--lora-targets applies to --task lora or qlora; {work} does not use it (ignored)").format(
                 work=work))
+    return unused
+
+
+def _unused_scale_options(task: str, *, nodes: int, internode: str | None, nics: int | None,
+                          pipeline_parallel: int, microbatches: int | None, global_batch: int | None) -> list[str]:
+    """A sentence for each option of a multi-node job that this job does not use."""
+    unused = []
+    if nodes == 1:
+        if internode is not None:
+            unused.append(_("--internode {link} joins nodes; one node does not use it (ignored)").format(
+                link=internode))
+        if nics is not None:
+            unused.append(_("--nics counts a node's network cards; one node does not use them (ignored)"))
+    if task == "infer" and (microbatches is not None or global_batch is not None):
+        unused.append(_("--microbatches and --global-batch shape a training step; inference does not use them "
+                        "(ignored)"))
+    elif microbatches is not None and pipeline_parallel == 1 and global_batch is None:
+        unused.append(_("--microbatches feeds a pipeline (--pp 2 or more); without one each step is one "
+                        "micro-batch per GPU (ignored)"))
     return unused
 
 

@@ -201,7 +201,7 @@ def inference_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
     """Memory per GPU to serve ``spec`` as ``job`` says, tensor parallel across ``job.gpus``."""
     fmt = weight_format(job.quant)
     runtime = engine(job.engine)
-    tp = job.gpus
+    tp, stages = job.gpus, job.nodes
     weights = weight_bytes(spec, fmt)
     context = job.context
     if runtime.preallocates_context:
@@ -229,10 +229,11 @@ def inference_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
     else:
         activations = round((spec.activation_bytes_per_sample or 0) * job.batch)
         act_note = _("upper bound: the activations a training step saves, per sample x batch")
+    split = (_(", split over {count} GPUs").format(count=tp) if tp > 1 else "") + (
+        _(", a pipeline stage per node ({stages})").format(stages=stages) if stages > 1 else "")
     items = [
-        MemoryItem("weights", weights // tp,
-                   weights_note + (_(", split over {count} GPUs").format(count=tp) if tp > 1 else "")),
-        MemoryItem("kv_cache", kv // kv_split, _("{batch} x {context} tokens at {format}").format(
+        MemoryItem("weights", weights // (tp * stages), weights_note + split),
+        MemoryItem("kv_cache", kv // (kv_split * stages), _("{batch} x {context} tokens at {format}").format(
             batch=job.batch, context=f"{context:,}", format=job.kv_format)),
         MemoryItem("activations", activations, act_note),
     ]
@@ -330,14 +331,24 @@ def training_activation_bytes(spec: ModelSpec, job: Job) -> tuple[int, str]:
 
 
 def _shards(job: Job) -> dict[str, int]:
-    """How many ways each kind of state is split: ZeRO-1 the optimizer, 2 the gradients, 3 the weights."""
-    return {name: (job.gpus if job.zero >= stage else 1) for name, stage in
+    """How many ways each kind of state is split: tensor x pipeline parallelism splits all of it (each GPU holds its
+    layers' slices); ZeRO then splits over the data-parallel GPUs, stage 1 the optimizer, 2 the gradients, 3 the
+    weights."""
+    tp, pp, dp = job.layout
+    return {name: tp * pp * (dp if job.zero >= stage else 1) for name, stage in
             (("optimizer", 1), ("gradients", 2), ("weights", 3))}
 
 
 def _zero_note(job: Job) -> str:
-    """`` / 4 (ZeRO-3)``: a state split across the GPUs by the job's ZeRO stage (empty on one GPU)."""
-    return f" / {job.gpus} (ZeRO-{job.zero})" if job.zero and job.gpus > 1 else ""
+    """`` / 4 (ZeRO-3)``: a state split across the data-parallel GPUs by the job's ZeRO stage (empty on one GPU)."""
+    dp = job.data_parallel
+    return f" / {dp} (ZeRO-{job.zero})" if job.zero and dp > 1 else ""
+
+
+def _model_parallel_note(job: Job) -> str:
+    """`` / 8 (tp 8 x pp 2)``... : what tensor and pipeline parallelism split before ZeRO does."""
+    tp, pp, _dp = job.layout
+    return f" / {tp * pp} (tp {tp} x pp {pp})" if tp * pp > 1 else ""
 
 
 def _lora_items(spec: ModelSpec, job: Job) -> list[MemoryItem]:
@@ -346,17 +357,19 @@ def _lora_items(spec: ModelSpec, job: Job) -> list[MemoryItem]:
     shard = _shards(job)
     base = weight_format("nf4" if job.task == "qlora" else job.quant)
     adapters = lora_adapter_params(spec, job)
-    zero_note = _zero_note(job)
+    zero_note, split = _zero_note(job), _model_parallel_note(job)
     adapter_bytes = 4 * adapters // shard["weights"] + 4 * adapters // shard["gradients"]
     return [
         MemoryItem("weights", weight_bytes(spec, base) // shard["weights"],
-                   _("frozen base at {format}").format(format=base.name) + (zero_note if job.zero >= 3 else "")),
+                   _("frozen base at {format}").format(format=base.name) + split
+                   + (zero_note if job.zero >= 3 else "")),
         MemoryItem("lora_adapters", adapter_bytes,
                    _("rank {rank} on {targets}: {params} params, fp32 weights and gradients").format(
                        rank=job.lora_rank, targets=", ".join(job.lora_targets), params=f"{adapters:,}")
-                   + (zero_note if job.zero >= 2 else "")),
+                   + split + (zero_note if job.zero >= 2 else "")),
         MemoryItem("optimizer", _optimizer_state_bytes(spec, job, adapters) // shard["optimizer"],
-                   _("{optimizer} states").format(optimizer=job.optimizer) + (zero_note if job.zero >= 1 else "")),
+                   _("{optimizer} states").format(optimizer=job.optimizer) + split
+                   + (zero_note if job.zero >= 1 else "")),
     ]
 
 
@@ -370,20 +383,24 @@ def training_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
         master = 4 * params if job.mixed_precision else 0
         states = _optimizer_state_bytes(spec, job, params)
         shard = _shards(job)
-        zero_note = _zero_note(job)
+        zero_note, split = _zero_note(job), _model_parallel_note(job)
         items += [
             MemoryItem("weights", weight_b * params // shard["weights"],
                        _("{params} params at {size} B").format(params=f"{params:,}", size=weight_b)
-                       + (zero_note if job.zero >= 3 else "")),
+                       + split + (zero_note if job.zero >= 3 else "")),
             MemoryItem("gradients", grad_b * params // shard["gradients"],
-                       _("{size} B per param").format(size=grad_b) + (zero_note if job.zero >= 2 else "")),
+                       _("{size} B per param").format(size=grad_b) + split + (zero_note if job.zero >= 2 else "")),
             MemoryItem("optimizer", (master + states) // shard["optimizer"],
                        (_("fp32 master weights + {optimizer} states") if master else _("{optimizer} states")).format(
-                           optimizer=job.optimizer) + (zero_note if job.zero >= 1 else "")),
+                           optimizer=job.optimizer) + split + (zero_note if job.zero >= 1 else "")),
         ]
     else:
         items += _lora_items(spec, job)
     activations, how = training_activation_bytes(spec, job)
+    tp = job.layout[0]
+    if tp > 1:
+        activations //= tp
+        how += _("; / {tp}: tensor parallel with sequence parallelism (Korthikanti et al. 2022)").format(tp=tp)
     items.append(MemoryItem("activations", activations, _("micro-batch {batch} x {context}: {how}").format(
         batch=job.batch, context=f"{job.context:,}", how=how)))
     notes = (job.checkpointing_reason,) if spec.is_transformer else ()

@@ -75,17 +75,19 @@ class Band:
     families: tuple[str, ...]
     formats: tuple[str, ...]
     params_b: tuple[float, float]
+    max_nodes: int = 1
+    """The most nodes any of the rows spanned: a job on more nodes is outside what they cover."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"metric": self.metric, "engine": self.engine, "regime": self.regime, "rows": self.rows,
                 "low": round(self.low, 4), "high": round(self.high, 4), "families": list(self.families),
-                "formats": list(self.formats), "params_b": list(self.params_b)}
+                "formats": list(self.formats), "params_b": list(self.params_b), "max_nodes": self.max_nodes}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Band:
         return cls(data["metric"], data["engine"], data["regime"], int(data["rows"]), float(data["low"]),
                    float(data["high"]), tuple(data["families"]), tuple(data["formats"]),
-                   (float(data["params_b"][0]), float(data["params_b"][1])))
+                   (float(data["params_b"][0]), float(data["params_b"][1])), int(data.get("max_nodes", 1)))
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -108,6 +110,7 @@ class Residual:
     format: str
     params_b: float
     log_ratio: float
+    nodes: int = 1
 
 
 def bands_from(residuals: list[Residual]) -> list[Band]:
@@ -120,7 +123,7 @@ def bands_from(residuals: list[Residual]) -> list[Band]:
     return [Band(metric, engine, where, len(items), percentile([r.log_ratio for r in items], tail),
                  percentile([r.log_ratio for r in items], 1 - tail), tuple(sorted({r.family for r in items})),
                  tuple(sorted({r.format for r in items})),
-                 (min(r.params_b for r in items), max(r.params_b for r in items)))
+                 (min(r.params_b for r in items), max(r.params_b for r in items)), max(r.nodes for r in items))
             for (metric, engine, where), items in sorted(groups.items())]
 
 
@@ -175,6 +178,9 @@ class Where:
     params_b: float
     calibrated: bool = False
     """The GPU's rates and bandwidth are this card's measured ceilings (`fit --calibrate`), not its datasheet's."""
+    nodes: int = 1
+    uncovered: tuple[str, ...] = ()
+    """What about the job no fit row has, said by the caller (a link the multi-GPU rows never used)."""
 
 
 CALIBRATED = "this card's measured ceilings (--calibrate) stand in for its family's rows and the spread between GPUs"
@@ -211,6 +217,11 @@ def _outside(band: Band, where: Where) -> list[str]:
         missing.append(_("no fit rows on {family} GPUs").format(family=where.family))
     if where.format not in band.formats:
         missing.append(_("no fit rows at {format}").format(format=where.format))
+    if where.nodes > band.max_nodes and where.metric not in MEMORY_METRICS:
+        missing.append(ngettext("no fit rows across {nodes} nodes (the rows span at most {most} node)",
+                                "no fit rows across {nodes} nodes (the rows span at most {most} nodes)",
+                                band.max_nodes).format(nodes=where.nodes, most=band.max_nodes))
+    missing += where.uncovered
     smallest, largest = band.params_b
     if not smallest / SIZE_MARGIN <= where.params_b <= largest * SIZE_MARGIN:
         missing.append(_("no fit rows near {size} B params (rows cover {smallest}-{largest} B)").format(
@@ -292,7 +303,30 @@ def format_key(quant: str) -> str:
 def where(metric: str, model: ModelSpec, gpu: GpuSpec, job: Job, calibrated: bool = False) -> Where:
     """The key of the prediction of ``metric`` for ``job``: training runs count as the engine "training"."""
     runtime = "training" if job.training else engine(job.engine).name
-    return Where(metric, runtime, job.gpus, gpu.architecture, format_key(job.quant), model.params / 1e9, calibrated)
+    return Where(metric, runtime, job.world, gpu.architecture, format_key(job.quant), model.params / 1e9, calibrated,
+                 job.nodes, _uncovered(metric, gpu, job) if metric not in MEMORY_METRICS else ())
+
+
+def _uncovered(metric: str, gpu: GpuSpec, job: Job) -> tuple[str, ...]:
+    """What the multi-GPU speed rows never had: they split tensors only over NVLink (vLLM on A100 SXM), and span
+    nodes only as llm-foundry's FSDP (ZeRO-3) data parallelism over InfiniBand."""
+    from gpufly.estimate.comms import default_internode, default_link, internode
+
+    missing = []
+    tensor_split = (job.training and job.tensor_parallel > 1) or (not job.training and not engine(
+        job.engine).splits_layers)
+    if job.gpus > 1 and tensor_split and (job.link or default_link(gpu)) == "pcie":
+        missing.append(_("no fit rows for tensor parallelism over PCIe"))
+    if job.nodes == 1:
+        return tuple(missing)
+    if not job.training:
+        missing.append(_("no fit rows for inference across nodes"))
+    elif job.tensor_parallel > 1 or job.pipeline_parallel > 1 or job.zero < 3:
+        missing.append(_("no fit rows for this layout across nodes (the multi-node rows are FSDP/ZeRO-3 data "
+                         "parallel)"))
+    if not internode(job.internode or default_internode(gpu)[0]).rdma:
+        missing.append(_("no fit rows over a network without RDMA"))
+    return tuple(missing)
 
 
 SPEED_METRICS = {"decode_tok_s": ("decode", False), "prefill_tok_s": ("prefill", False),

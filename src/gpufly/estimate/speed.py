@@ -28,9 +28,11 @@ from gpufly.estimate.memory import kv_cache_bytes, lm_head_params, training_acti
 from gpufly.i18n import gettext as _
 from gpufly.models.spec import ModelSpec
 
-TP_ALLREDUCE_S = 10e-6
-"""Two all-reduces per layer and token under tensor parallelism; ~8-10 us each on NVLink for
-decode-sized messages (llm-analysis uses an 8 us intra-node minimum)."""
+TP_ALLREDUCES_PER_LAYER = 2
+"""Tensor parallelism all-reduces each layer's output twice per token: after the attention's output projection and
+after the MLP's down projection (Megatron-LM's row-parallel layers; vLLM's RowParallelLinear)."""
+ACTIVATION_BYTES = 2
+"""Activations travel between GPUs in 16 bits."""
 QLORA_SLOWDOWN = 1.3
 """QLoRA dequantizes every NF4 weight on the fly, forward and backward (bitsandbytes)."""
 
@@ -44,8 +46,19 @@ _RATE_FIELDS = {
 
 
 @dataclass(frozen=True)
+class StepPart:
+    """One item of a step's time: what it is, seconds per step, and how it was counted."""
+
+    name: str
+    seconds: float
+    note: str = ""
+    communication: bool = False
+
+
+@dataclass(frozen=True)
 class Speed:
-    """Predicted throughput; a None figure comes with ``why`` saying what is unknown."""
+    """Predicted throughput; a None figure comes with ``why`` saying what is unknown. ``step`` breaks one step
+    (a decode step at the end of the context, or a training step) into its items; ``step_s`` is their total."""
 
     decode_tok_s: float | None = None
     prefill_tok_s: float | None = None
@@ -54,9 +67,19 @@ class Speed:
     train_samples_s: float | None = None
     bound: str = ""
     why: str = ""
+    step: tuple[StepPart, ...] = ()
+
+    @property
+    def step_s(self) -> float:
+        return sum(part.seconds for part in self.step)
+
+    @property
+    def communication_s(self) -> float:
+        return sum(part.seconds for part in self.step if part.communication)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "step_s": self.step_s if self.step else None,
+                "communication_s": self.communication_s if self.step else None}
 
 
 def peak_flops(gpu: GpuSpec, dtype: str, fp16_accumulate: bool = False) -> float | None:
@@ -121,10 +144,52 @@ def decode_terms(spec: ModelSpec, gpu: GpuSpec, job: Job, position: int) -> tupl
                     if compute else 0.0)
     quantized = fmt.bits_per_weight < 16 and fmt.engine_family == "torch"
     cpu_floor = layers * runtime.cpu_s_per_layer * (runtime.quantized_cpu_factor if quantized else 1.0)
-    tensor_parallel = layers * 2 * TP_ALLREDUCE_S if job.gpus > 1 and not runtime.splits_layers else 0.0
-    fixed = runtime.step_overhead_s + layers * runtime.layer_overhead_s + tensor_parallel
+    fixed = runtime.step_overhead_s + layers * runtime.layer_overhead_s
+    fixed += sum(part.seconds for part in decode_communication(spec, gpu, job))
     terms = {HOST_BOUND: cpu_floor, "memory bandwidth (decode)": memory_time, "compute (decode)": compute_time}
     return terms, fixed
+
+
+def decode_communication(spec: ModelSpec, gpu: GpuSpec, job: Job) -> tuple[StepPart, ...]:
+    """What a decode step spends between GPUs, on the critical path (each layer waits for its all-reduce):
+    tensor parallelism's TP_ALLREDUCES_PER_LAYER all-reduces of batch x hidden activations per layer over the link
+    inside the node, and with a pipeline stage per node, one send of those activations per stage boundary. An
+    engine that splits layers within a node (llama.cpp, transformers) hands one small tensor per GPU boundary,
+    which its per-layer overhead already covers."""
+    from gpufly.estimate.comms import collective_s, send_s, topology
+
+    if job.world == 1:
+        return ()
+    runtime = engine(job.engine)
+    topo, _said = topology(gpu, job)
+    message = job.batch * (spec.hidden or 0) * ACTIVATION_BYTES
+    parts = []
+    if job.gpus > 1 and not runtime.splits_layers:
+        count = (spec.layers or 1) * TP_ALLREDUCES_PER_LAYER
+        each = collective_s("all-reduce", message, topo, job.gpus)
+        parts.append(StepPart("tensor-parallel all-reduce", count * each, _(
+            "{count} all-reduces of {size} KiB over {link}, {each} us each (NCCL ring cost model)").format(
+                count=count, size=f"{message / 1024:,.0f}", link=topo.intra.label, each=f"{each * 1e6:.1f}"),
+            communication=True))
+    if job.nodes > 1 and topo.inter is not None:
+        hops = job.nodes - 1
+        parts.append(StepPart("pipeline sends between nodes", hops * send_s(message, topo.inter), _(
+            "{hops} stage boundaries over {link}").format(hops=hops, link=topo.inter.label), communication=True))
+    return tuple(parts)
+
+
+def decode_parts(spec: ModelSpec, gpu: GpuSpec, job: Job, position: int) -> tuple[StepPart, ...]:
+    """One decode step at ``position`` item by item: the bound that sets it (the largest of host, memory and
+    compute), the engine's fixed costs, and the communication between GPUs."""
+    terms, _fixed = decode_terms(spec, gpu, job, position)
+    runtime = engine(job.engine)
+    bound = max(terms, key=lambda name: terms[name])
+    engine_fixed = runtime.step_overhead_s + (spec.layers or 1) * runtime.layer_overhead_s
+    parts = [StepPart(bound, terms[bound], _("the largest of host floor, memory and compute"))]
+    if engine_fixed:
+        parts.append(StepPart("engine overhead", engine_fixed, _("{engine}'s fixed cost per step and layer").format(
+            engine=runtime.display)))
+    return (*parts, *decode_communication(spec, gpu, job))
 
 
 def decode_step_s(spec: ModelSpec, gpu: GpuSpec, job: Job, position: int) -> float:
@@ -166,7 +231,20 @@ def prefill_s(spec: ModelSpec, gpu: GpuSpec, job: Job, tokens: int) -> float | N
                                                        else 1.0)
     compute_time = prefill_flops(spec, tokens) * job.batch / (compute * efficiency * parallel)
     memory_time = weight_bytes(spec, fmt) / (gpu.memory_bandwidth_gbps * 1e9 * parallel)
-    return max(compute_time, memory_time) + (spec.layers or 1) * runtime.layer_overhead_s
+    return (max(compute_time, memory_time) + (spec.layers or 1) * runtime.layer_overhead_s
+            + _prefill_allreduce_s(spec, gpu, job, tokens))
+
+
+def _prefill_allreduce_s(spec: ModelSpec, gpu: GpuSpec, job: Job, tokens: int) -> float:
+    """Tensor parallelism's all-reduces over a whole prompt's activations (tokens x batch x hidden, 16-bit),
+    TP_ALLREDUCES_PER_LAYER per layer, not hidden behind the matmuls (vLLM runs them in line)."""
+    from gpufly.estimate.comms import collective_s, topology
+
+    if job.gpus == 1 or engine(job.engine).splits_layers:
+        return 0.0
+    message = tokens * job.batch * (spec.hidden or 0) * ACTIVATION_BYTES
+    topo, _said = topology(gpu, job)
+    return (spec.layers or 1) * TP_ALLREDUCES_PER_LAYER * collective_s("all-reduce", message, topo, job.gpus)
 
 
 def training_flops_per_token(spec: ModelSpec, job: Job) -> float:
@@ -213,17 +291,25 @@ def training_step_s_per_sample(spec: ModelSpec, gpu: GpuSpec, job: Job) -> float
 
 
 def training_speed(spec: ModelSpec, gpu: GpuSpec, job: Job) -> Speed:
-    """Training throughput on ``job.gpus`` GPUs (data parallel), from the seconds per sample on one."""
+    """Training throughput on ``job.world`` GPUs, from the seconds per sample on one; on several, one step's
+    compute and communication as estimate/parallel.py splits them."""
+    from gpufly.estimate.parallel import training_step
+
     per_sample = training_step_s_per_sample(spec, gpu, job)
     if per_sample is None:
         if peak_flops(gpu, _training_dtype(job)) is None:
             return Speed(why=_("{vendor} publishes no dense tensor rate for the {gpu}").format(
                 vendor=gpu.vendor.upper(), gpu=gpu.name))
         return Speed(why=_("no FLOP count for this model"))
-    samples = job.gpus / per_sample
+    step = training_step(spec, gpu, job) if job.world > 1 else None
+    samples = step.samples_s if step is not None else 1 / per_sample
+    parts = step.parts if step is not None else (
+        StepPart("compute", per_sample * job.batch, _("one GPU, micro-batch {batch}").format(batch=job.batch)),)
+    bound = "compute and communication" if step is not None and any(p.communication for p in parts) else (
+        "compute and memory")
     if spec.is_transformer:
-        return Speed(train_tokens_s=samples * job.context, train_samples_s=samples, bound="compute and memory")
-    return Speed(train_samples_s=samples, bound="compute and memory")
+        return Speed(train_tokens_s=samples * job.context, train_samples_s=samples, bound=bound, step=parts)
+    return Speed(train_samples_s=samples, bound=bound, step=parts)
 
 
 def inference_speed(spec: ModelSpec, gpu: GpuSpec, job: Job, prompt_tokens: int | None = None) -> Speed:
@@ -235,6 +321,7 @@ def inference_speed(spec: ModelSpec, gpu: GpuSpec, job: Job, prompt_tokens: int 
     terms, fixed = decode_terms(spec, gpu, job, job.context)
     prefill = prefill_s(spec, gpu, job, prompt)
     return Speed(
+        step=decode_parts(spec, gpu, job, job.context),
         decode_tok_s=job.batch / (max(terms.values()) + fixed),
         prefill_tok_s=prompt * job.batch / prefill if prefill else None,
         time_to_first_token_s=prefill,

@@ -27,8 +27,8 @@ MARKED_MODULES = (
     "doctor/checks.py", "doctor/extensions.py", "doctor/facts.py",
     "doctor/install/jax.py", "doctor/install/plan.py", "doctor/install/tensorflow.py", "doctor/install/tools.py",
     "doctor/install/torch.py",
-    "estimate/advise.py", "estimate/checks.py", "estimate/job.py", "estimate/memory.py", "estimate/ranges.py",
-    "estimate/speed.py",
+    "estimate/advise.py", "estimate/checks.py", "estimate/comms.py", "estimate/job.py", "estimate/memory.py",
+    "estimate/parallel.py", "estimate/ranges.py", "estimate/speed.py",
     "report/actions.py", "report/machine.py", "report/peers.py", "report/reaches.py", "report/setup.py",
 )
 """The modules whose text output is translated (paths under gpufly/); a new one is added here and to the catalog
