@@ -42,7 +42,7 @@ DEPENDS_ON: dict[str, frozenset[str]] = {
     "doctor": frozenset({"hw", "catalog"}),  # the GPUs through NVML, their catalog entries
     "monitor": frozenset({"hw"}),
     "profile": frozenset({"hw"}),  # GPU utilization while a loop runs
-    "tune": frozenset({"catalog"}),  # the recsys case study prices a GPU from the catalog
+    "tune": frozenset({"hw", "catalog"}),  # NVML's energy counter around a trial; the recsys study's catalog price
     "fleet": frozenset({"hw", "catalog", "doctor", "bench", "monitor"}),
     "report": frozenset({"hw", "catalog", "models", "estimate", "doctor", "bench", "profile", "tune", "monitor",
                          "fleet"}),

@@ -175,6 +175,14 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+def dies_with(parent: int) -> Callable[[], None]:
+    """A ``preexec_fn`` that arms ``die_with_parent(parent)`` in a child started in a process group of the caller's
+    making (``gpufly.tune.trial.one_group``); prctl is resolved here, in the parent, so that the child only calls it
+    between fork and exec."""
+    _prctl()
+    return functools.partial(die_with_parent, parent)
+
+
 def kill_group(process: subprocess.Popen[Any]) -> None:
     """SIGKILL ``process``'s whole process group (it leads one: see ``process_group``) and reap it.
 

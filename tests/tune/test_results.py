@@ -119,7 +119,8 @@ def test_a_trial_is_one_row_shape_and_a_stage_adds_its_fields() -> None:
     row = result.to_dict()
     assert list(row) == ["configuration", "knobs", "status", "role", "throughput", "median_step_throughput", "unit",
                          "throughputs", "speedup", "speedup_interval", "rounds", "peak_memory_bytes", "loss_drift",
-                         "eval_metric", "metric_drop", "world_size", "error", "seconds"]
+                         "eval_metric", "metric_drop", "world_size", "nodes", "error", "seconds", "energy_j",
+                         "joules_per_unit", "energy_note", "energy_cost_per_million", "time_cost_per_million"]
     assert row["seconds"] == 1.23 and row["configuration"] == "amp=bf16"
     result.stage = "compute"
     staged = result.to_dict(price_per_hour=2.0)

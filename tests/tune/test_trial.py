@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from gpufly.tune import GreedyPlan, ResultsLog, Search, SubprocessRunner, Trial
-from gpufly.tune.trial import error_line, outcome
+from gpufly.tune.energy import NO_NVML
+from gpufly.tune.trial import error_line, one_group, outcome, wait_for
 from gpufly.tune.verdict import DRIFT_TOLERANCE, loss_drift
 from gpufly.tune.worker import StepTimer, step_rates
 
@@ -131,6 +137,86 @@ def test_ddp_over_two_cpu_processes_matches_one_process() -> None:
     assert (loss_drift(compressed.eval_loss, single.eval_loss) or 0) < DRIFT_TOLERANCE
     powersgd = run(Trial("powersgd", {"ddp": 2, "ddp_hook": "powersgd"}))
     assert powersgd.status == "ok" and powersgd.world_size == 2, powersgd.error
+
+
+def test_agents_share_one_process_group_and_the_first_failure_ends_the_wait() -> None:
+    """A failed agent is the trial's end: the others would wait for it at the rendezvous until their own timeout,
+    so the wait returns at once and the group, the agent still running included, is killed."""
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    failing = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        with one_group([sleeper, failing], [(out, err), (out, err)], dict(os.environ)) as agents:
+            assert os.getpgid(agents[1].pid) == agents[0].pid != os.getpgid(0), "one group, not the tuner's"
+            codes = wait_for(agents, timeout_s=120)
+        assert codes == {1: 3}, "returned on the failure, not after the sleeper"
+        assert agents[0].returncode == -9, "killed with its group when the block was left"
+
+
+def test_the_wait_for_agents_that_outlive_the_trial_s_time_is_a_timeout() -> None:
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    with tempfile.TemporaryFile("w+") as out, one_group([sleeper], [(out, out)], dict(os.environ)) as agents:
+        assert wait_for(agents, timeout_s=0.2) is None
+
+
+def test_ddp_processes_that_do_not_split_over_the_nodes_fail_before_anything_starts() -> None:
+    result = SubprocessRunner(TINY, steps=8, nodes=2)(Trial("ddp=3", {"ddp": 3}))
+    assert result.status == "failed" and result.error == "ddp=3 processes do not split over 2 nodes"
+
+
+@pytest.mark.slow
+def test_ddp_as_two_nodes_on_loopback_matches_one_process() -> None:
+    """Two torchrun agents, one process each, meet at a c10d rendezvous on 127.0.0.1 as two nodes would: the store,
+    the rendezvous and gloo's all-reduce cross agents. The run must train as one process does."""
+    run = SubprocessRunner(TINY, steps=16, timeout_s=300)
+    single = run(Trial("single", {}))
+    two_nodes = SubprocessRunner(TINY, steps=16, timeout_s=300, nodes=2)(Trial("ddp over 2 nodes", {"ddp": 2}))
+    assert single.status == "ok" and two_nodes.status == "ok", two_nodes.error
+    assert two_nodes.world_size == 2 and two_nodes.nodes == 2, "two agents, one rank each"
+    assert single.world_size == 1 and single.nodes == 1
+    assert len(two_nodes.losses) == len(single.losses) == 16, "the same global batches"
+    assert all((loss_drift(a, b) or 0) < DRIFT_TOLERANCE for a, b in zip(two_nodes.losses, single.losses, strict=True))
+    drift = loss_drift(two_nodes.eval_loss, single.eval_loss)
+    assert drift is not None and drift < 1e-4 < DRIFT_TOLERANCE, "gloo all-reduce of the half-batch gradients"
+    assert two_nodes.energy_j is None and two_nodes.energy_note == NO_NVML, "a CPU run measures no energy"
+
+
+TWO_NODE_RUNNER = """
+import sys
+from gpufly.tune import SubprocessRunner, Trial
+from gpufly.tune.trial import stop_signals
+with stop_signals():
+    SubprocessRunner(sys.argv[1], steps=4, device="cpu", timeout_s=600, nodes=2)(Trial("ddp", {"ddp": 2}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_a_two_node_trial_s_agents_and_ranks_die_with_the_tuner(tmp_path: Path, signum: int) -> None:
+    """Both agents are the tuner's children in one group of their own: a stopped tuner kills the group, a killed
+    one takes them by their death signal, and each rank goes with its agent."""
+    from tests.test_loading import gone
+    from tests.tune.test_process_group import BLOCKING, pids, stop
+
+    (tmp_path / "blocking.py").write_text(BLOCKING)
+    (tmp_path / "pids").mkdir()
+    env = {**os.environ, "GPUFLY_TEST_PIDS": str(tmp_path / "pids"), "GPUFLY_TEST_BLOCK": "all"}
+    tuner = subprocess.Popen([sys.executable, "-c", TWO_NODE_RUNNER, f"{tmp_path / 'blocking.py'}:workload"],
+                             env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    ranks = pids(tmp_path / "pids", "trial", 2)
+    agents = set(pids(tmp_path / "pids", "launcher", 2))
+    assert len(agents) == 2, "one rank under each of two agents"
+    stop(tuner, signum)
+    assert all(gone(pid) for pid in [*agents, *ranks])
+
+
+@pytest.mark.slow
+@pytest.mark.gpu
+def test_a_gpu_trial_measures_its_energy_from_the_nvml_counter() -> None:
+    result = SubprocessRunner("transformer", steps=40, device="cuda", timeout_s=600)(Trial("gpu", {}))
+    assert result.status == "ok", result.error
+    assert result.energy_j is not None and result.joules_per_unit is not None, result.energy_note
+    assert 0 <= result.energy_j <= 1000 * result.seconds, "no GPU draws over a kilowatt"
+    assert result.joules_per_unit <= result.energy_j
 
 
 @pytest.mark.slow

@@ -207,8 +207,10 @@ def test_tune_recsys_runs_the_case_study_stages(cli, tmp_path: Path) -> None:  #
     (["recsys", "--steps", "20"], "the recsys stages need --steps 40 or more"),
     (["recsys", "--budget-minutes", "5"], "--budget-minutes applies to a search"),
     (["cnn", "--search"], "--search is for recsys"),
-    (["cnn", "--price-per-hour", "2"], "--price-per-hour prices the recsys case study"),
     (["recsys", "--price-per-hour", "-1"], "--price-per-hour must be a positive number of USD"),
+    (["cnn", "--price-per-kwh", "nan"], "--price-per-kwh must be a positive number of USD"),
+    (["cnn", "--nodes", "2"], "--nodes goes with --launcher"),
+    (["cnn", "--knobs", "{}"], "--knobs goes with --launcher"),
 ])
 def test_options_one_kind_of_run_reads_are_refused_for_the_other(cli, args: list[str], message: str) -> None:
     result = cli("tune", *args)
@@ -313,3 +315,74 @@ def test_tune_says_when_the_steps_are_too_few_to_judge_accuracy(cli, tmp_path: P
     out = " ".join(text.stdout.split())
     assert text.code == 0 and "no winner (undecided): too few steps to judge accuracy" in out
     assert "accuracy: judged after 40 steps; two seeds of the baseline: probe loss 5.0% apart (too far to judge)" in out
+
+
+def _launch(cli: Any, *args: str) -> dict[str, Any]:
+    result = cli("tune", *args, "--json")
+    assert result.code == 0, result.stderr
+    return dict(json.loads(result.stdout))
+
+
+def test_launcher_slurm_prints_an_sbatch_script_for_the_best_configuration_and_runs_nothing(cli: Any,
+                                                                                           tmp_path: Path) -> None:
+    import shlex
+
+    results = tmp_path / "r.jsonl"  # an earlier run of cnn over 40 steps, whose best safe trial is channels_last
+    results.write_text((Path(__file__).parent.parent / "fixtures" / "tune" / "results-v1.jsonl").read_text())
+    before = results.read_text()
+    document = _launch(cli, "cnn", "--results", str(results), "--launcher", "slurm", "--nodes", "4",
+                       "--gpus-per-node", "8")
+    assert results.read_text() == before, "nothing ran, nothing was written"
+    assert document["configuration"] == "channels_last=True" and document["source"] == str(results)
+    assert document["request"] == {"workload": "cnn", "knobs": {"channels_last": True, "ddp": 32}, "steps": 40,
+                                   "device": None, "seed": 0}
+    script = document["sbatch"]["script"]
+    directives = dict(line.removeprefix("#SBATCH --").split("=", 1) for line in script.splitlines()
+                      if line.startswith("#SBATCH"))
+    assert directives["nodes"] == "4" and directives["ntasks-per-node"] == "1" and directives["gpus-per-node"] == "8"
+    srun = shlex.split(next(line for line in script.splitlines() if line.startswith("srun ")))
+    assert srun[1] == "torchrun" and "--nnodes=4" in srun and "--nproc-per-node=8" in srun
+    assert "--rdzv-endpoint=$head:29500" in srun
+    exported = next(line for line in script.splitlines() if line.startswith("export "))
+    assert json.loads(shlex.split(exported)[1].split("=", 1)[1]) == document["request"]
+    text = cli("tune", "cnn", "--results", str(results), "--launcher", "slurm", "--nodes", "4")
+    assert text.code == 0 and "Nothing was run" in text.stdout
+    assert "channels_last=True, the best safe configuration" in text.stdout
+    assert script in text.stdout, "the script as it is, unwrapped"
+
+
+def test_launcher_torchrun_prints_one_command_per_node_for_the_knobs_asked(cli: Any) -> None:
+    import shlex
+
+    document = _launch(cli, "train.py:build", "--knobs", '{"amp": "bf16", "ddp": 2}', "--launcher", "torchrun",
+                       "--nodes", "2", "--gpus-per-node", "4", "--steps", "16", "--device", "cuda")
+    assert document["configuration"] == "requested" and document["world_size"] == 8
+    assert document["request"]["knobs"] == {"amp": "bf16", "ddp": 8} and document["request"]["device"] == "cuda"
+    command = document["command"]
+    words = shlex.split(command["shell"])
+    assert words[1:] == command["argv"] and "--rdzv-endpoint=$HEAD_NODE_ADDR:29500" in words
+    assert json.loads(command["environment"]["GPUFLY_TUNE_REQUEST"]) == document["request"]
+    text = cli("tune", "train.py:build", "--launcher", "torchrun")
+    assert text.code == 0 and "the baseline, the workload as it is" in text.stdout
+    assert "on 2 nodes x 8 GPUs = 16 processes" in text.stdout and "# node 0 (head)" in text.stdout
+    baseline = _launch(cli, "train.py:build", "--launcher", "torchrun")["command"]
+    assert [shlex.split(line) for line in text.stdout.splitlines() if "torchrun --nnodes" in line] \
+        == [shlex.split(baseline["shell"])] * 2, "the same command, once per node"
+    many = cli("tune", "train.py:build", "--launcher", "torchrun", "--nodes", "1000")
+    assert many.code == 0 and many.stdout.count("torchrun --nnodes=1000") == 1
+    assert "each of the 1000 nodes" in many.stdout
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--launcher", "k8s"], "--launcher is torchrun or slurm, not 'k8s'"),
+    (["--launcher", "slurm", "--nodes", "0"], "--nodes must be 1 or more"),
+    (["--launcher", "slurm", "--html", "x.html"], "so --html would be ignored"),
+    (["--launcher", "slurm", "--ddp", "2"], "so --ddp would be ignored"),
+    (["--launcher", "slurm", "--knobs", "[1]"], "--knobs must be a JSON object"),
+    (["--launcher", "slurm", "--knobs", "{amp"], "--knobs is not JSON"),
+    (["--launcher", "slurm", "--results", "{tmp}/none.jsonl"], "no tune results at"),
+])
+def test_launcher_mistakes_are_one_error_line(cli: Any, tmp_path: Path, args: list[str], message: str) -> None:
+    result = cli("tune", "cnn", *(arg.replace("{tmp}", str(tmp_path)) for arg in args))
+    assert result.code == 2 and message in result.stderr and "hint:" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and not result.stdout

@@ -6,6 +6,7 @@ import contextlib
 import json
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,6 +24,8 @@ MIN_STAGE_STEPS = 40
 its initial state: under 40 steps the probe loss of the sparse stage drifts past the tolerance though its held-out
 loss is the same, so the case study would lose its main step to a run too short to judge it."""
 
+NODES_LISTED = 4
+"""Up to this many nodes, the torchrun command is printed once per node; past it, once for all."""
 INFER_ONE_PROCESS = "--task infer takes neither --ddp nor a batched dataset"
 WORKLOAD_HELP = ("The workload: a built-in (cnn, transformer, recsys: recsys runs the stage-by-stage case study), "
                  "or your own as package.module:function or path/file.py:function.")
@@ -46,26 +49,48 @@ def tune(
     task: Annotated[str, typer.Option(help="train, or infer (quantization, pruning, serving batch size).")]
     = "train",
     device: Annotated[str, typer.Option(help="auto (CUDA when there is a GPU), cuda or cpu.")] = "auto",
-    price_per_hour: Annotated[float | None, typer.Option(help="USD per hour of this machine, for samples per dollar "
-                                                              "(recsys; default: the catalog's price on a GPU it "
+    price_per_hour: Annotated[float | None, typer.Option(help="USD per hour of this machine, for the machine time "
+                                                              "a million samples cost (and samples per dollar in "
+                                                              "recsys; default: the catalog's price on a GPU it "
                                                               "prices, spread over 3 years).")] = None,
+    price_per_kwh: Annotated[float | None, typer.Option(help="USD per kWh, for the energy a million samples cost "
+                                                             "(from NVML's energy counter, on a GPU).")] = None,
     search: Annotated[bool, typer.Option("--search", help="For recsys: the generic search instead of the stages.")]
     = False,
     html: Annotated[Path | None, typer.Option("--html", help="Also write a page with a speedup chart.")] = None,
+    launcher: Annotated[str | None, typer.Option(help="Run nothing: print the commands that run the chosen "
+                                                      "configuration (the --results file's best, --knobs, or the "
+                                                      "baseline) on a cluster, with torchrun on each node or as a "
+                                                      "Slurm batch script: torchrun or slurm.")] = None,
+    nodes: Annotated[int | None, typer.Option(help="With --launcher: how many nodes (2 by default).")] = None,
+    gpus_per_node: Annotated[int | None, typer.Option(help="With --launcher: GPUs per node, one process each "
+                                                           "(8 by default).")] = None,
+    knobs: Annotated[str | None, typer.Option(help="With --launcher: the configuration to run, as the JSON the "
+                                                   "tuner prints, e.g. '{\"amp\": \"bf16\"}'.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
 ) -> None:
     """Measure each optimization on the workload, reject any that changes the loss, print the best safe one.
 
     Examples:
-      gpufly tune cnn
       gpufly tune cnn --budget-minutes 10 --html tune.html
       gpufly tune train.py:build --results results.jsonl --resume
+      gpufly tune cnn --price-per-kwh 0.15 --price-per-hour 2.5 --json
+      gpufly tune cnn --results results.jsonl --launcher slurm --nodes 4 --gpus-per-node 8
     """
+    if launcher is not None:
+        _print_launch(workload, launcher, Launch(nodes, gpus_per_node, knobs, results, steps, device),
+                      _run_only_options(task, ddp, html, resume, budget_minutes, search), as_json)
+        return
+    _check_run_only_launch(nodes, gpus_per_node, knobs)
     stages_run = workload == "recsys" and task == "train" and not search
-    _check_mode(workload, stages_run, budget_minutes, steps, search, price_per_hour)
+    _check_mode(workload, stages_run, budget_minutes, steps, search)
     steps = steps if steps is not None else STAGE_STEPS if stages_run else SEARCH_STEPS
     budget_minutes = 30.0 if budget_minutes is None else budget_minutes
-    _check_options(task, budget_minutes, steps, timeout, ddp, device, price_per_hour)
+    _check_options(task, budget_minutes, steps, timeout, ddp, device)
+    from gpufly.tune.energy import check_price, energy_line, summary
+
+    check_price("--price-per-hour", price_per_hour, "2.5")
+    check_price("--price-per-kwh", price_per_kwh, "0.15")
     suffix = "-infer" if task == "infer" else ""
     results = results or Path(f"gpufly-tune-{workload.replace('/', '_').replace(':', '_')}{suffix}.jsonl")
     _check_paths(results, resume, html)
@@ -80,35 +105,40 @@ def tune(
 
             workload, plan, budget_s = WORKLOAD, stages(ddp or 2), None
             identity = _identity(torch, cuda, workload, task, steps, mode="stages", ddp=ddp or 2)
-            price_per_hour, price_note = _price(torch, cuda, price_per_hour)
         else:
             plan, budget_s = _search_plan(workload, cuda, ddp, task, steps, timeout), budget_minutes * 60
             identity = _identity(torch, cuda, workload, task, steps)
+        price_per_hour, price_note = _price(torch, cuda, price_per_hour)
         run = Search(plan, ResultsLog(results), SubprocessRunner(workload, steps, "cuda" if cuda else "cpu", timeout),
                      identity=identity, budget_s=budget_s)
         best = _run_with_progress(run, "stages" if stages_run else "trials", quiet=as_json)
     decision = run.decision()
-    rows = [r.to_dict(price_per_hour) for r in run.results]
+    rows = [r.to_dict(price_per_hour, price_per_kwh) for r in run.results]
     best_row = None if best is None else {"configuration": best.name, "knobs": best.knobs, "speedup": best.speedup,
                                           "speedup_interval": _interval(best), "rounds": best.rounds,
                                           "code": code_for(best.knobs)}
     evidence = _evidence(run.baseline, steps)
+    energy = summary(rows, price_per_kwh, price_per_hour, None if best is None else best.name)
     if html is not None:
         from gpufly.tune.render import write_html
 
         write_html(html, workload, rows, best_row, str(results), f"No winner ({decision.verdict}): {decision.reason}",
-                   {"device": identity["device"], "steps": steps, **evidence})
+                   {"device": identity["device"], "steps": steps, **evidence, "energy": energy})
     if as_json:
         mode = {"mode": "stages"} if stages_run else {}
-        priced = {"price_per_hour": price_per_hour, "price": price_note} if stages_run else {}
         print_json({"workload": workload, **mode, "results_file": str(results), "device": identity["device"],
-                    "steps": steps, "decision": decision.to_dict(), **evidence, "trials": rows, "best": best_row,
-                    **priced, "html": None if html is None else str(html)})
+                    "steps": steps, "decision": decision.to_dict(), **evidence, "energy": energy, "trials": rows,
+                    "best": best_row, "price_per_hour": price_per_hour, "price": price_note,
+                    "price_per_kwh": price_per_kwh, "html": None if html is None else str(html)})
     else:
         if stages_run:
             _render_stages(rows, price_note)
         else:
             _render(rows)
+            if price_note:
+                console().print(f"price: {price_note}; per kWh: "
+                                f"{'not given' if price_per_kwh is None else f'${price_per_kwh:g}'}", markup=False)
+        console().print(energy_line(energy), markup=False)
         _conclude(decision, best, evidence, results, stages_run)
         if html is not None:
             console().print(f"speedup chart: {html}", markup=False)
@@ -132,8 +162,8 @@ def _stoppable(results: Path) -> Iterator[None]:
                           exit_code=stop.exit_code) from None
 
 
-def _check_mode(workload: str, stages_run: bool, budget_minutes: float | None, steps: int | None, search: bool,
-                price_per_hour: float | None) -> None:
+def _check_mode(workload: str, stages_run: bool, budget_minutes: float | None, steps: int | None,
+                search: bool) -> None:
     """Options that only one kind of run reads are refused elsewhere, not silently dropped."""
     if stages_run and budget_minutes is not None:
         raise GpuflyError("the recsys case study runs all its stages; --budget-minutes applies to a search",
@@ -144,13 +174,9 @@ def _check_mode(workload: str, stages_run: bool, budget_minutes: float | None, s
                           f"leave --steps out ({STAGE_STEPS}), or give --steps {MIN_STAGE_STEPS}")
     if search and workload != "recsys":
         raise GpuflyError("--search is for recsys (every other workload is searched anyway)", "leave --search out")
-    if price_per_hour is not None and not stages_run:
-        raise GpuflyError("--price-per-hour prices the recsys case study's stages; a search reports speedups only",
-                          f"gpufly tune recsys --price-per-hour {price_per_hour:g}")
 
 
-def _check_options(task: str, budget_minutes: float, steps: int, timeout: float, ddp: int, device: str,
-                   price_per_hour: float | None) -> None:
+def _check_options(task: str, budget_minutes: float, steps: int, timeout: float, ddp: int, device: str) -> None:
     """Refuse what cannot run before anything is built or measured (nan and inf included)."""
     if task not in ("train", "infer"):
         raise GpuflyError(f"--task is train or infer, not {task!r}", "gpufly tune cnn --task infer")
@@ -169,9 +195,6 @@ def _check_options(task: str, budget_minutes: float, steps: int, timeout: float,
         raise GpuflyError(f"--ddp is a process count, not {ddp}", "give --ddp 2 or more, or leave it out")
     if ddp and task == "infer":  # said before the workload is built, which can take minutes
         raise GpuflyError(INFER_ONE_PROCESS, "tune inference on one process")
-    if price_per_hour is not None and (not math.isfinite(price_per_hour) or price_per_hour <= 0):
-        raise GpuflyError(f"--price-per-hour must be a positive number of USD, not {price_per_hour}",
-                          "for example --price-per-hour 2.5")
 
 
 def _check_paths(results: Path, resume: bool, html: Path | None) -> None:
@@ -359,8 +382,9 @@ def _render(rows: list[dict[str, Any]]) -> None:
     from gpufly.cli.render import gib
 
     table = Table(title="gpufly tune")
+    priced = _priced_columns(rows)
     for column in ("configuration", "throughput", "median step", "speedup [95%]", "peak memory", "loss drift",
-                   "verdict"):
+                   *priced, "verdict"):
         table.add_column(column, justify="left" if column in ("configuration", "verdict") else "right")
     for row in rows:
         unit = f" {row['unit']}/s"
@@ -368,5 +392,138 @@ def _render(rows: list[dict[str, Any]]) -> None:
                       "—" if row["throughput"] is None else f"{row['throughput']:,.0f}{unit}",
                       _rate(row["median_step_throughput"]), _speedup(row),
                       "—" if row["peak_memory_bytes"] is None else gib(row["peak_memory_bytes"]),
-                      "—" if row["loss_drift"] is None else f"{100 * row['loss_drift']:.2f}%", _verdict(row))
+                      "—" if row["loss_drift"] is None else f"{100 * row['loss_drift']:.2f}%",
+                      *(_money_or_energy(row, key) for key in priced.values()), _verdict(row))
     console().print(table)
+
+
+def _priced_columns(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """The energy and cost columns some row has a figure for: column title -> row key."""
+    columns = {"J/unit": "joules_per_unit", "energy $/M": "energy_cost_per_million",
+               "time $/M": "time_cost_per_million"}
+    return {title: key for title, key in columns.items() if any(row.get(key) is not None for row in rows)}
+
+
+def _money_or_energy(row: dict[str, Any], key: str) -> str:
+    value = row.get(key)
+    if value is None:
+        return "—"
+    return f"{value:.4g}" if key == "joules_per_unit" else f"${value:.4g}"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What ``--launcher`` was given: the cluster's shape and where the configuration comes from."""
+
+    nodes: int | None
+    gpus_per_node: int | None
+    knobs: str | None
+    results: Path | None
+    steps: int | None
+    device: str
+
+
+def _run_only_options(task: str, ddp: int, html: Path | None, resume: bool, budget_minutes: float | None,
+                      search: bool) -> list[str]:
+    """The options that only a run reads, as given: ``--launcher`` runs nothing, so they are refused there."""
+    given = {"--task infer": task == "infer", "--ddp": bool(ddp), "--html": html is not None, "--resume": resume,
+             "--budget-minutes": budget_minutes is not None, "--search": search}
+    return [option for option, used in given.items() if used]
+
+
+def _check_run_only_launch(nodes: int | None, gpus_per_node: int | None, knobs: str | None) -> None:
+    """--nodes, --gpus-per-node and --knobs shape the printed launch; a run would silently drop them."""
+    for option, value in (("--nodes", nodes), ("--gpus-per-node", gpus_per_node), ("--knobs", knobs)):
+        if value is not None:
+            raise GpuflyError(f"{option} goes with --launcher torchrun|slurm, which prints a cluster's commands",
+                              f"add --launcher slurm (or torchrun), or leave {option} out")
+
+
+def _print_launch(workload: str, launcher: str, given: Launch, run_only: list[str], as_json: bool) -> None:
+    """The commands that run the configuration on a cluster, printed and not run: torchrun per node, or an sbatch
+    script. Each node needs gpufly and the workload (a file at the same path) installed."""
+    from gpufly.tune.launch import LAUNCHERS, ClusterPlan, Layout, job_name, request
+
+    if launcher not in LAUNCHERS:
+        raise GpuflyError(f"--launcher is torchrun or slurm, not {launcher!r}", "gpufly tune cnn --launcher slurm")
+    if run_only:
+        raise GpuflyError(f"--launcher prints commands and runs nothing, so {', '.join(run_only)} would be ignored",
+                          f"leave {', '.join(run_only)} out, or leave --launcher out to tune here")
+    nodes = 2 if given.nodes is None else given.nodes
+    gpus = 8 if given.gpus_per_node is None else given.gpus_per_node
+    for option, value in (("--nodes", nodes), ("--gpus-per-node", gpus)):
+        if value < 1:
+            raise GpuflyError(f"{option} must be 1 or more, not {value}", "for example --nodes 2 --gpus-per-node 8")
+    if given.device not in ("auto", "cuda", "cpu"):
+        raise GpuflyError(f"--device is auto, cuda or cpu, not {given.device!r}", "leave it at auto")
+    name, knobs, source, steps = _configuration(workload, given)
+    if steps < 4:
+        raise GpuflyError(f"--steps must be at least 4, not {steps}", "for example --steps 40")
+    layout = Layout(nodes, gpus)
+    device = None if given.device == "auto" else given.device
+    plan = ClusterPlan(launcher, layout, request(workload, knobs, steps, layout.world_size, device),
+                       job_name=job_name(workload))
+    notes = [f"the global batch must split over {layout.world_size} processes (the workload's batch size, or the "
+             "batch_size knob, a multiple of it)",
+             "every node needs gpufly, torch and the workload (a file at the same path) installed",
+             "rank 0 prints the run's JSON line: throughput, losses, peak memory and energy per sample"]
+    if as_json:
+        print_json({"workload": workload, "configuration": name, "source": source, **plan.to_dict(),
+                    "notes": notes})
+        return
+    _print_plan(plan, name, source, notes)
+
+
+def _configuration(workload: str, given: Launch) -> tuple[str, dict[str, Any], str, int]:
+    """(name, knobs, where they came from, steps): --knobs, else the --results file's best safe trial, else the
+    baseline (the workload as it is)."""
+    steps = given.steps
+    if given.knobs is not None and given.results is not None:
+        raise GpuflyError("--knobs and --results both name a configuration", "give one of them")
+    if given.knobs is not None:
+        try:
+            knobs = json.loads(given.knobs)
+        except ValueError as exc:
+            raise GpuflyError(f"--knobs is not JSON: {exc}", '--knobs \'{"amp": "bf16"}\'') from None
+        if not isinstance(knobs, dict):
+            raise GpuflyError(f"--knobs must be a JSON object of knob names and values, not {given.knobs}",
+                              '--knobs \'{"amp": "bf16"}\'')
+        return "requested", knobs, "--knobs", steps or SEARCH_STEPS
+    if given.results is not None:
+        from gpufly.tune import ResultsLog
+
+        log = ResultsLog(given.results)
+        if not given.results.is_file():
+            raise GpuflyError(f"no tune results at {given.results}", "tune first, or give --knobs JSON")
+        identity = log.identity() or {}
+        if identity.get("workload") not in (None, workload):
+            raise GpuflyError(f"{given.results} holds trials of {identity['workload']}, not {workload}",
+                              f"gpufly tune {identity['workload']} --results {given.results} --launcher ...")
+        best = log.best_safe_or_error()
+        return best.name, best.knobs, str(given.results), steps or int(identity.get("steps") or SEARCH_STEPS)
+    return "baseline", {}, "baseline", steps or SEARCH_STEPS
+
+
+def _print_plan(plan: Any, name: str, source: str, notes: list[str]) -> None:
+    """The commands as text, unwrapped (a wrapped line would not paste)."""
+    layout = plan.layout
+    origin = {"baseline": "the baseline, the workload as it is", "--knobs": "the configuration --knobs gave"}.get(
+        source, f"{name}, the best safe configuration in {source}")
+    head = (f"gpufly tune {plan.request['workload']}: {origin} (knobs {json.dumps(plan.request['knobs'])}), on "
+            f"{layout.nodes} nodes x {layout.processes_per_node} GPUs = {layout.world_size} processes, with "
+            f"{plan.launcher}. Nothing was run.")
+    lines = [head]
+    if plan.launcher == "slurm":
+        lines += [f"Save this as {plan.job_name}.sbatch and submit it with: sbatch {plan.job_name}.sbatch", "",
+                  plan.sbatch_script().rstrip("\n"), ""]
+    else:
+        lines.append(f"On every node, with HEAD_NODE_ADDR set to the first node's address (it serves the c10d "
+                     f"rendezvous on port {plan.port}); the command is the same on each, c10d numbers the nodes:")
+        shell = plan.torchrun_command()["shell"]
+        shown = range(layout.nodes) if layout.nodes <= NODES_LISTED else ()
+        for node in shown:
+            lines += [f"# node {node}{' (head)' if node == 0 else ''}", shell]
+        if not shown:
+            lines += [f"# each of the {layout.nodes} nodes, the first of them the head", shell]
+    lines += [f"note: {note}" for note in notes]
+    typer.echo("\n".join(lines))

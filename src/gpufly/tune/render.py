@@ -12,6 +12,7 @@ from typing import Any
 
 from gpufly.jsonfile import write_text_atomic
 from gpufly.palette import BAD, GOOD, WARNING
+from gpufly.tune.energy import energy_line
 
 VERDICT_COLOURS = {"ok": GOOD, "unsafe": WARNING}
 """Bar colours: safe trials green, unsafe amber; failures have no bar."""
@@ -56,7 +57,8 @@ def _speedup(row: dict[str, Any]) -> str:
 
 
 def receipt_text(receipt: dict[str, Any] | None) -> str:
-    """What the figures were measured on and how noisy the machine was: device, steps, the baseline's spread."""
+    """What the figures were measured on and how noisy the machine was: device, steps, the baseline's spread, and
+    the energy per unit (or why it was not measured)."""
     if not receipt:
         return "conditions not recorded"
     parts = [f"device {receipt.get('device') or 'unknown'}", f"{receipt.get('steps')} steps per trial"]
@@ -67,6 +69,8 @@ def receipt_text(receipt: dict[str, Any] | None) -> str:
     accuracy = receipt.get("accuracy") or {}
     if accuracy.get("steps") is not None:
         parts.append(f"accuracy judged after {accuracy['steps']} steps against two seeds of the baseline")
+    if "energy" in receipt:
+        parts.append(energy_line(receipt["energy"]))
     return "; ".join(parts)
 
 

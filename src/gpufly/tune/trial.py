@@ -16,10 +16,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,8 +30,10 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from gpufly.loading import process_group
+from gpufly.loading import dies_with, process_group
+from gpufly.tune.energy import energy_cost_per_million, time_cost_per_million
 from gpufly.tune.knobs import processes
+from gpufly.tune.launch import Layout, loopback_agents
 
 TUNER_PID = "GPUFLY_TUNER_PID"
 """The environment variable that tells a torchrun rank which process its launcher must belong to."""
@@ -86,6 +91,8 @@ class TrialResult:
     """Relative move of the metric the bad way from the baseline's (positive: worse)."""
     world_size: int | None = None
     """How many processes the trial ran on, as the worker saw it (2 for ddp=2)."""
+    nodes: int | None = None
+    """How many torchrun agents (nodes) its processes came from, as torchrun told them (``GROUP_WORLD_SIZE``)."""
     stage: str | None = None
     """For a staged plan (the recsys case study): baseline, data, compute or communication."""
     seed: int = 0
@@ -107,6 +114,13 @@ class TrialResult:
     """On the baseline: how far the probe loss moved when it trained again with another seed (relative)."""
     seed_metric_drift: float | None = None
     """On the baseline: how far the evaluation metric moved with another seed (relative, either way)."""
+    energy_j: float | None = None
+    """Joules the trial's GPUs used over the measured steps, from NVML's energy counter (``gpufly.tune.energy``);
+    None where nothing was measured (``energy_note`` says why)."""
+    joules_per_unit: float | None = None
+    """``energy_j`` over the units (samples, tokens) of the measured steps."""
+    energy_note: str | None = None
+    """Why the energy was not measured ("no NVML" on a CPU run)."""
 
     @property
     def usable(self) -> bool:
@@ -123,9 +137,10 @@ class TrialResult:
             return None
         return self.throughput * 3600 / price_per_hour
 
-    def to_dict(self, price_per_hour: float | None = None) -> dict[str, Any]:
-        """The row the CLI prints as JSON and the HTML page shows; a staged trial adds its stage, its held-out
-        loss (the metric, under the case study's name) and samples per dollar at ``price_per_hour``."""
+    def to_dict(self, price_per_hour: float | None = None, price_per_kwh: float | None = None) -> dict[str, Any]:
+        """The row the CLI prints as JSON and the HTML page shows, with the energy per unit and what a million
+        units cost in energy at ``price_per_kwh`` and in machine time at ``price_per_hour``; a staged trial adds
+        its stage, its held-out loss (the metric, under the case study's name) and samples per dollar."""
         row = {"configuration": self.name, "knobs": self.knobs, "status": self.status, "role": self.role,
                "throughput": self.throughput, "median_step_throughput": self.median_step_throughput,
                "unit": self.unit, "throughputs": self.throughputs, "speedup": self.speedup,
@@ -133,7 +148,10 @@ class TrialResult:
                                     else [self.speedup_low, self.speedup_high]),
                "rounds": self.rounds, "peak_memory_bytes": self.peak_memory_bytes, "loss_drift": self.loss_drift,
                "eval_metric": self.eval_metric, "metric_drop": self.metric_drop, "world_size": self.world_size,
-               "error": self.error, "seconds": round(self.seconds, 2)}
+               "nodes": self.nodes, "error": self.error, "seconds": round(self.seconds, 2), "energy_j": self.energy_j,
+               "joules_per_unit": self.joules_per_unit, "energy_note": self.energy_note,
+               "energy_cost_per_million": energy_cost_per_million(self.joules_per_unit, price_per_kwh),
+               "time_cost_per_million": time_cost_per_million(self.throughput, price_per_hour)}
         if self.stage is not None:
             row = {"stage": self.stage, **row, "held_out_loss": self.eval_metric,
                    "samples_per_dollar": self.samples_per_dollar(price_per_hour)}
@@ -145,7 +163,8 @@ Runner = Callable[[Trial], TrialResult]
 
 
 MEASURED = ("throughput", "unit", "peak_memory_bytes", "data_wait_share", "losses", "eval_loss", "batch_size",
-            "device_memory_bytes", "median_step_throughput", "eval_metric", "higher_is_better", "world_size")
+            "device_memory_bytes", "median_step_throughput", "eval_metric", "higher_is_better", "world_size",
+            "nodes", "energy_j", "joules_per_unit", "energy_note")
 """The worker's JSON keys that a TrialResult keeps."""
 
 
@@ -162,6 +181,10 @@ class SubprocessRunner:
     steps: int = 30
     device: str | None = None
     timeout_s: float = 300.0
+    nodes: int = 1
+    """How many torchrun agents a DDP trial runs as on this machine, each standing for a node and all meeting at a
+    c10d rendezvous on 127.0.0.1 (``run_as_nodes``); the ``ddp`` processes split evenly over them. 1: one
+    standalone torchrun."""
 
     def __call__(self, trial: Trial) -> TrialResult:
         request = json.dumps({"workload": self.workload, "knobs": trial.knobs, "steps": self.steps,
@@ -170,6 +193,9 @@ class SubprocessRunner:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "GPUFLY_TUNE_REQUEST": request, TUNER_PID: str(os.getpid())}
         command = [sys.executable, "-m", "gpufly.tune.worker"]
         count = processes(trial.knobs)
+        if count > 1 and self.nodes > 1:
+            env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS", "1")
+            return self.run_as_nodes(trial, count, env, started)
         if count > 1:  # DDP: torchrun starts the processes (gloo on CPU, NCCL on GPUs)
             env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS", "1")
             command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={count}",
@@ -183,6 +209,107 @@ class SubprocessRunner:
                                    error=f"no result within {self.timeout_s:g} s", seconds=time.monotonic() - started,
                                    seed=trial.seed)
         return outcome(trial, process.returncode, stdout, stderr, time.monotonic() - started)
+
+    def run_as_nodes(self, trial: Trial, count: int, env: dict[str, str], started: float) -> TrialResult:
+        """The DDP trial as ``nodes`` torchrun agents on loopback, a multi-node job in miniature: the rendezvous,
+        the store and the ranks' process group cross agents as they would cross nodes. The port is one the kernel
+        had free a moment before; should another process take it in between, the trial runs again on another."""
+        if count % self.nodes:
+            return TrialResult(trial.name, trial.knobs, "failed", seed=trial.seed,
+                               error=f"ddp={count} processes do not split over {self.nodes} nodes")
+        deadline = started + self.timeout_s
+        for attempt in range(PORT_ATTEMPTS):
+            port = free_port()
+            agents = loopback_agents(Layout(self.nodes, count // self.nodes), port,
+                                     f"gpufly-{os.getpid()}-{port}-{attempt}", sys.executable)
+            ended = run_agents(agents, env, deadline - time.monotonic())
+            if ended is None:
+                return TrialResult(trial.name, trial.knobs, "timeout", error=f"no result within {self.timeout_s:g} s",
+                                   seconds=time.monotonic() - started, seed=trial.seed)
+            returncode, stdout, stderr = ended
+            if returncode == 0 or not port_taken(stderr):
+                break
+        return outcome(trial, returncode, stdout, stderr, time.monotonic() - started)
+
+
+PORT_ATTEMPTS = 3
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the kernel has free on ``host`` now (it may give it away again once the socket closes)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def port_taken(stderr: str) -> bool:
+    """Whether the rendezvous store could not listen because another process had the port."""
+    return "EADDRINUSE" in stderr or "address already in use" in stderr.lower()
+
+
+def run_agents(commands: list[list[str]], env: dict[str, str], timeout_s: float) -> tuple[int, str, str] | None:
+    """Run the agents together and return (exit code, their stdout, their stderr), the first agent to fail
+    first; None when the time ran out. The output goes to files, so no agent blocks on a full pipe while another
+    is waited for."""
+    with contextlib.ExitStack() as stack:
+        outputs = [(stack.enter_context(tempfile.TemporaryFile("w+")),
+                    stack.enter_context(tempfile.TemporaryFile("w+"))) for _ in commands]
+        with one_group(commands, outputs, env) as agents:
+            codes = wait_for(agents, timeout_s)
+        if codes is None:
+            return None
+        order = sorted(range(len(commands)), key=lambda i: codes.get(i, 0) == 0)
+        texts = [(_read(outputs[i][0]), _read(outputs[i][1])) for i in order]
+    failed = next((code for code in codes.values() if code != 0), 0)
+    return failed, "".join(out for out, _ in texts), "".join(err for _, err in texts)
+
+
+def _read(file: Any) -> str:
+    file.seek(0)
+    return str(file.read())
+
+
+@contextlib.contextmanager
+def one_group(commands: list[list[str]], outputs: list[tuple[Any, Any]],
+              env: dict[str, str]) -> Iterator[list[subprocess.Popen[str]]]:
+    """Start each command in one new process group, led by the first, each armed to die with this process (as
+    ``gpufly.loading.process_group`` does for one command); however the block is left, the group is killed and
+    every agent reaped. A group, not a session of its own, so the later agents can join it; out of the
+    terminal's foreground group all the same, so Ctrl-C reaches the tuner only. Each agent is the tuner's own
+    child, which is what its ranks check before they arm their own death signal (``die_with_launcher``)."""
+    arm = dies_with(os.getpid())
+    agents: list[subprocess.Popen[str]] = []
+    try:
+        for command, (stdout, stderr) in zip(commands, outputs, strict=True):
+            agents.append(subprocess.Popen(command, process_group=agents[0].pid if agents else 0, preexec_fn=arm,
+                                           stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, text=True, env=env))
+        yield agents
+    finally:
+        if agents:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(agents[0].pid, signal.SIGKILL)
+        for agent in agents:
+            agent.wait()
+
+
+def wait_for(agents: list[subprocess.Popen[str]], timeout_s: float) -> dict[int, int] | None:
+    """Each agent's exit code by its index once all ended, or as soon as one failed (the others would wait for it
+    at the rendezvous or in a collective until their own, longer, timeouts); None if the time ran out first.
+    A thread per agent waits for it, and this thread for the first of them: no polling."""
+    ended: queue.Queue[tuple[int, int]] = queue.Queue()
+    for index, agent in enumerate(agents):
+        threading.Thread(target=lambda i=index, a=agent: ended.put((i, a.wait())), daemon=True).start()
+    deadline = time.monotonic() + timeout_s
+    codes: dict[int, int] = {}
+    while len(codes) < len(agents):
+        try:
+            index, code = ended.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            return None
+        codes[index] = code
+        if code != 0:
+            break
+    return codes
 
 
 class Stopped(BaseException):
@@ -247,4 +374,33 @@ def error_line(stderr: str) -> str:
               and "ChildFailedError" not in line]
     if errors:
         return re.sub(r"^\[rank\d+\]: ", "", errors[0])
-    return lines[-1] if lines else "exited with no message"
+    return root_cause(lines) or (lines[-1] if lines else "exited with no message")
+
+
+def root_cause(lines: list[str]) -> str | None:
+    """How torchrun's first failed rank ended, from the "Root Cause" part of its banner, when the rank printed no
+    exception: killed by a signal (a crash in C++ code, the kernel's out-of-memory killer) or an exit code alone.
+
+    >>> root_cause(["Root Cause (first observed failure):", "[0]:", "rank      : 1 (local_rank: 1)",
+    ...             "exitcode  : -9 (pid: 2254)  (SIGKILL)", "traceback : Signal 9 (SIGKILL) received by PID 2254"])
+    'rank 1 was killed by signal 9 (SIGKILL), with no message'
+    >>> root_cause(["Root Cause (first observed failure):", "rank      : 0 (local_rank: 0)", "exitcode  : 1 (pid: 7)"])
+    'rank 0 exited with code 1, with no message'
+    """
+    start = next((i for i, line in enumerate(lines) if line.startswith("Root Cause")), None)
+    if start is None:
+        return None
+    fields = {key.strip(): value for key, value in (line.split(":", 1) for line in lines[start + 1:]
+                                                    if re.match(r"^\w+\s*:", line))}
+    rank = fields.get("rank", "").split("(")[0].strip() or "?"
+    code = re.match(r"\s*(-?\d+)", fields.get("exitcode", ""))
+    if code is None:
+        return None
+    number = int(code.group(1))
+    if number < 0:
+        try:
+            name = signal.Signals(-number).name
+        except ValueError:
+            name = "unknown"
+        return f"rank {rank} was killed by signal {-number} ({name}), with no message"
+    return f"rank {rank} exited with code {number}, with no message"

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpufly.errors import GpuflyError
 from gpufly.loading import die_with_parent
+from gpufly.tune.energy import NO_NVML, EnergyWindow, GpuEnergy, per_gpu_total, per_unit
 from gpufly.tune.knobs import BatchSize, Configuration, Setup, Target, apply_all, offered, parse
 from gpufly.tune.trial import TUNER_PID
 from gpufly.tune.workload import SearchSpace, Workload, build
@@ -185,6 +186,7 @@ def run_training(name: str, config: Configuration, steps: int, device: str | Non
                          f"trial trains on (4 at least, to time and judge it); give --steps "
                          f"{-(-4 * batch_size // base_batch)} or more to try it")
     timer = StepTimer(warmup=min(3, trial_steps // 4))
+    energy = energy_window(setup.cuda, where)
     losses: list[float] = []
     non_blocking = loader.pin_memory
     timer.start()
@@ -200,14 +202,19 @@ def run_training(name: str, config: Configuration, steps: int, device: str | Non
         if setup.cuda:
             torch.cuda.synchronize(where)
         timer.ended(step, count_items(workload, batch) * world)
+        if step == timer.warmup - 1:  # the measured steps start here, as the timer's do
+            energy.start()
+    energy.stop()
     throughput, median_step = timer.rates()
     probe_model = model if world > 1 else setup.model  # under DDP, the module it wraps
     return {"throughput": throughput, "median_step_throughput": median_step, "unit": workload.unit, "losses": losses,
             "eval_loss": _probe_loss(probe_workload, probe_model, where, base_batch), "world_size": world,
+            "nodes": int(os.environ.get("GROUP_WORLD_SIZE", "1")),
             "eval_metric": _evaluate(probe_workload, probe_model),
             "higher_is_better": probe_workload.higher_is_better, "data_wait_share": timer.data_wait_share(),
             "steps": len(losses), "peak_memory_bytes": _peak_memory(setup.cuda), "batch_size": batch_size,
-            "device_memory_bytes": torch.cuda.get_device_properties(where).total_memory if setup.cuda else None}
+            "device_memory_bytes": torch.cuda.get_device_properties(where).total_memory if setup.cuda else None,
+            **energy_figures(energy, sum(timer.counts), world, setup.cuda, where)}
 
 
 def _training_loader(workload: Workload, setup: Setup, per_rank: int, rank: int) -> torch.utils.data.DataLoader:
@@ -268,6 +275,7 @@ def run_inference(name: str, config: Configuration, steps: int, device: str | No
                        **setup.loader.arguments(setup.cuda))
     batches = max(4, steps * workload.batch_size // batch_size)
     timer = StepTimer(warmup=1)  # the first forward pass warms up (and compiles)
+    energy = energy_window(setup.cuda, where)
     with torch.inference_mode(), setup.autocast():
         timer.start()
         for step, batch in enumerate(serve):
@@ -278,12 +286,50 @@ def run_inference(name: str, config: Configuration, steps: int, device: str | No
             if setup.cuda:
                 torch.cuda.synchronize(where)
             timer.ended(step, count_items(workload, batch))
+            if step == timer.warmup - 1:
+                energy.start()
+        energy.stop()
         probe = _probe_loss(workload, setup.model, where, workload.batch_size)
         metric = None if workload.evaluate is None else float(workload.evaluate(setup.model))
     throughput, median_step = timer.rates()
     return {"throughput": throughput, "median_step_throughput": median_step, "unit": workload.unit, "losses": [],
             "eval_loss": probe, "eval_metric": metric, "higher_is_better": workload.higher_is_better,
-            "steps": batches, "data_wait_share": None, "peak_memory_bytes": _peak_memory(setup.cuda)}
+            "steps": batches, "data_wait_share": None, "peak_memory_bytes": _peak_memory(setup.cuda),
+            **energy_figures(energy, sum(timer.counts), 1, setup.cuda, where)}
+
+
+def energy_window(cuda: bool, where: torch.device) -> EnergyWindow:
+    """The trial GPU's energy counter to read around the measured steps, or why there is none: a CPU run has no
+    NVML to read, and says so rather than guess."""
+    if not cuda:
+        return EnergyWindow(None, NO_NVML)
+    from gpufly.hw.nvml import Nvml
+
+    counter = GpuEnergy.open(Nvml(), gpu_uuid(where))
+    return EnergyWindow(None, counter) if isinstance(counter, str) else EnergyWindow(counter.read_mj)
+
+
+def gpu_uuid(where: torch.device) -> str | None:
+    """The GPU's UUID as NVML spells it ("GPU-..."), from torch, whose index ``CUDA_VISIBLE_DEVICES`` renumbers."""
+    import torch
+
+    uuid = getattr(torch.cuda.get_device_properties(where), "uuid", None)
+    return None if uuid is None else f"GPU-{uuid}"
+
+
+def energy_figures(energy: EnergyWindow, units: int, world: int, cuda: bool, where: torch.device) -> dict[str, Any]:
+    """The trial's joules (every rank's GPU, each once), per unit of the measured steps, or the reason for None.
+    Under DDP every rank takes part in the gather, so all ranks call this."""
+    joules = energy.joules
+    if world > 1 and cuda:
+        import torch
+
+        torch.cuda.set_device(where)  # the gather's tensors go on this rank's own GPU under NCCL
+        readings: list[Any] = [None] * world
+        torch.distributed.all_gather_object(readings, (gpu_uuid(where), joules))
+        joules = per_gpu_total(readings)
+    return {"energy_j": joules, "joules_per_unit": per_unit(joules, units),
+            "energy_note": None if joules is not None else energy.note or "not read on every rank's GPU"}
 
 
 def optimizers_of(workload: Workload, model: torch.nn.Module) -> list[torch.optim.Optimizer]:
@@ -414,7 +460,23 @@ def main() -> None:
     import torch
 
     if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+        leave_process_group(torch)
+
+
+def leave_process_group(torch: Any) -> None:
+    """A rank's way out once the result is printed: every rank waits for the others, leaves the group, and ends
+    without the interpreter's teardown.
+
+    The teardown is where ranks crashed: on a busy 2-core machine about one DDP trial in twelve lost rank 1 to
+    SIGABRT ("terminate called without an active exception", a C++ thread still joinable when the interpreter
+    destroyed it) after rank 0 had printed its result, and torchrun then failed the whole trial. Nothing is left
+    to do once the result is out, so the rank flushes its streams and ``os._exit(0)``s.
+    """
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
