@@ -29,8 +29,9 @@ OPTIONAL = ("textual", "prometheus_client", "matplotlib", "gguf", "torch", "tran
 BASE = frozenset({"errors", "records", "jsonfile", "loading", "extras", "palette", "i18n"})
 """Root modules every layer may use: the error type, the record loader, file writing, the function loader, the
 chart colours, the message catalog."""
-ENTRY = frozenset({"__init__", "__main__"})
-"""The package root (``gpufly.Profiler`` and ``gpufly.apply``, loaded on first use) and ``python -m gpufly``:
+ENTRY = frozenset({"__init__", "__main__", "keras"})
+"""The package root (``gpufly.Profiler`` and ``gpufly.apply``, loaded on first use), ``gpufly.keras`` (the Keras
+callback, a user-facing entry like ``gpufly.Profiler``) and ``python -m gpufly``:
 above every stage, and importable by all (``from gpufly import __version__``)."""
 
 DEPENDS_ON: dict[str, frozenset[str]] = {

@@ -142,6 +142,16 @@ class Profiler:
         if self._active:
             return
         self._active = True
+        cuda = self.open_framework()
+        self.data.conditions = read_conditions()
+        if cuda and self.nvml_interval:
+            self._start_gpu_watch(self.nvml_interval)
+        self.steps.start()
+
+    def open_framework(self) -> bool:
+        """Read torch's device and settings and get the parts that use torch ready; True on a GPU run.
+
+        The one place the profiler meets torch: ``gpufly.keras``'s profiler reads TensorFlow here instead."""
         import torch
 
         settings = self.data.settings
@@ -151,11 +161,8 @@ class Profiler:
         self.memory.open(cuda)
         self.hooks.cuda = self.trace.cuda = cuda
         read_torch_settings(settings, torch, cuda)
-        self.data.conditions = read_conditions()
         self.syncs.start(torch, cuda)
-        if cuda and self.nvml_interval:
-            self._start_gpu_watch(self.nvml_interval)
-        self.steps.start()
+        return cuda
 
     def _detail(self, detailed: bool) -> None:
         """The steps from now on are looked inside (wrappers and forward hooks on), or no longer are."""

@@ -105,7 +105,15 @@ class LoopSettings:
     gpufly_version: str | None = None
     cpu_name: str | None = None
     cpu_threads: int | None = None
-    """torch's intra-op threads: a CPU loop's speed depends on them."""
+    """The framework's intra-op threads (torch's, or TensorFlow's): a CPU loop's speed depends on them."""
+    framework: str = "torch"
+    """What the loop runs on: "torch", or "keras" (``gpufly.keras``; files from before it are all torch). The
+    advice names the framework's own settings."""
+    keras_version: str | None = None
+    tensorflow_version: str | None = None
+    input_pipeline: str | None = None
+    """A tf.data input's transformations, source first ("TensorSlice -> Map[py_function] -> Batch"): the input
+    advice reads it (a sequential map, no prefetch)."""
 
     @property
     def tensor_cores(self) -> bool:

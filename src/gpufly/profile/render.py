@@ -25,7 +25,7 @@ from gpufly.palette import (
     VERMILLION,
     text_colour_on,
 )
-from gpufly.profile.records import Conditions, ProfileData
+from gpufly.profile.records import Conditions, LoopSettings, ProfileData
 from gpufly.profile.rules import Finding
 
 PARTS: tuple[tuple[str, str, str], ...] = (
@@ -63,6 +63,7 @@ def receipt(data: ProfileData) -> dict[str, Any]:
     return {
         "device": s.gpu_name or s.device, "cpu": s.cpu_name, "cpu_threads": s.cpu_threads,
         "torch": s.torch_version, "python": s.python_version, "gpufly": s.gpufly_version,
+        "framework": s.framework, "keras": s.keras_version, "tensorflow": s.tensorflow_version,
         "steps": len(data.steps), "measured_steps": len(data.measured), "detailed_steps": len(data.detailed),
         "batch_size": s.batch_size or (statistics.median(batches) if batches else None),
     }
@@ -120,7 +121,9 @@ def receipt_lines(facts: dict[str, Any]) -> list[str]:
     """The receipt, the noise floor and gpufly's own cost, one line each, as the text and the page show them."""
     r = facts["receipt"]
     device = r["device"] if r["device"] != "cpu" else f"CPU ({r['cpu'] or 'unknown'}, {r['cpu_threads']} threads)"
-    lines = [f"measured on {device}; torch {r['torch']}, Python {r['python']}, gpufly {r['gpufly']}; "
+    framework = (f"Keras {r['keras']} on TensorFlow {r['tensorflow']}" if r.get("framework") == "keras"
+                 else f"torch {r['torch']}")
+    lines = [f"measured on {device}; {framework}, Python {r['python']}, gpufly {r['gpufly']}; "
              f"{r['steps']} steps ({r['measured_steps']} measured, {r['detailed_steps']} of them looked inside); "
              f"batch {_shown(r['batch_size'])}"]
     noise = facts["noise"]
@@ -136,10 +139,12 @@ def receipt_lines(facts: dict[str, Any]) -> list[str]:
     cost = facts["overhead"]
     if cost is not None:
         share = cost["share_of_median_step"]
+        # Keras compiles the step: only memory is read inside it, and the input wait on every step.
+        looked = ("memory read" if r.get("framework") == "keras" else
+                  "syncs, copies, forward/backward and memory looked at")
         lines.append(f"gpufly's own cost: {1e6 * cost['per_step_s']:.1f} µs per step"
                      + (f" ({100 * share:.2f}% of the median step)" if share is not None else "")
-                     + f", {cost['how']}; syncs, copies, forward/backward and memory looked at on "
-                     f"{cost['detailed_steps']} of {cost['steps']} steps")
+                     + f", {cost['how']}; {looked} on {cost['detailed_steps']} of {cost['steps']} steps")
     return lines
 
 
@@ -181,6 +186,16 @@ def _write(write: Callable[[], None]) -> str | None:
     return None
 
 
+def settings_line(s: LoopSettings) -> str:
+    """The loop's settings as the text report shows them, in the framework's own terms."""
+    if s.framework == "keras":
+        return (f"settings: dtype {s.model_dtype or 'N/A'}, mixed precision {s.autocast or 'off'}, batch "
+                f"{s.batch_size}, input {s.input_pipeline or 'not tf.data'}, TF32 {s.tf32_matmul}, XLA {s.compiled}")
+    return (f"settings: dtype {s.model_dtype or 'N/A'}, autocast {s.autocast or 'off'}, batch {s.batch_size}, "
+            f"workers {s.num_workers}, pin_memory {s.pin_memory}, TF32 {s.tf32_matmul}, "
+            f"cudnn.benchmark {s.cudnn_benchmark}, compiled {s.compiled}, channels_last {s.channels_last}")
+
+
 def print_json_report(data: ProfileData, findings: list[Finding]) -> None:
     document = summary(data, findings) | {"measurements": data.to_dict()}
     sys.stdout.write(json.dumps(document, indent=2) + "\n")
@@ -213,10 +228,7 @@ def print_report(data: ProfileData, findings: list[Finding], width: int = 60) ->
     console.print(legend)
     for line in receipt_lines(facts):
         console.print(line, markup=False, style="dim")
-    console.print(f"settings: dtype {s.model_dtype or 'N/A'}, autocast {s.autocast or 'off'}, batch {s.batch_size}, "
-                  f"workers {s.num_workers}, pin_memory {s.pin_memory}, TF32 {s.tf32_matmul}, "
-                  f"cudnn.benchmark {s.cudnn_benchmark}, compiled {s.compiled}, channels_last {s.channels_last}",
-                  markup=False, style="dim")
+    console.print(settings_line(s), markup=False, style="dim")
     if data.crash:
         console.print(f"the loop stopped with {data.crash}; the measurements above go up to it", markup=False,
                       style="yellow")

@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpufly.profile.records import ProfileData
+from gpufly.profile.records import LoopSettings, ProfileData
 
 MIB = 1024**2
 
@@ -83,6 +83,22 @@ def input_bound(data: ProfileData, t: Thresholds) -> Finding | None:
     if share is None or share < t.input_bound_share or wait is None or wait < t.input_bound_wait_s:
         return None
     s = data.settings
+    if s.framework == "keras":
+        changes, loader = _tf_data_changes(s.input_pipeline), f"tf.data: {s.input_pipeline or 'not a tf.data input'}"
+    else:
+        changes, loader = _dataloader_changes(s), f"num_workers={s.num_workers}, pin_memory={s.pin_memory}"
+    return Finding(
+        "input_bound", "The loop waits for its input",
+        f"{_pct(share)} of step time is spent waiting for the next batch "
+        f"(median {_ms(wait)} of {_ms(data.median('wall_s'))} per step; {loader})",
+        "while the loop waits, the device does nothing; no compute optimization helps until the input keeps up",
+        "; ".join(changes),
+        f"up to {1 / (1 - share):.1f}x if loading fully overlaps compute" if share < 0.99 else None,
+        share,
+    )
+
+
+def _dataloader_changes(s: LoopSettings) -> list[str]:
     changes = []
     if (s.num_workers or 0) == 0:
         changes.append("DataLoader(num_workers=4 or more) so batches are prepared in parallel")
@@ -93,16 +109,24 @@ def input_bound(data: ProfileData, t: Thresholds) -> Finding | None:
     if (s.num_workers or 0) > 0:
         changes.append(f"prefetch_factor=4 (now {s.prefetch_factor})")
     changes.append("move decoding and augmentation out of __getitem__ (pre-decode, or batch it in collate_fn)")
-    return Finding(
-        "input_bound", "The loop waits for its input",
-        f"{_pct(share)} of step time is spent waiting for the next batch "
-        f"(median {_ms(wait)} of {_ms(data.median('wall_s'))} per step; "
-        f"num_workers={s.num_workers}, pin_memory={s.pin_memory})",
-        "while the loop waits, the device does nothing; no compute optimization helps until the input keeps up",
-        "; ".join(changes),
-        f"up to {1 / (1 - share):.1f}x if loading fully overlaps compute" if share < 0.99 else None,
-        share,
-    )
+    return changes
+
+
+def _tf_data_changes(pipeline: str | None) -> list[str]:
+    """The tf.data equivalents: parallel map calls and a prefetch are what num_workers and prefetch_factor are to a
+    DataLoader; a py_function runs Python under the GIL, one element at a time whatever the parallelism."""
+    stages = [stage.partition("[")[0] for stage in (pipeline or "").split(" -> ")]
+    changes = []
+    if "Map" in stages:
+        changes.append("dataset.map(fn, num_parallel_calls=tf.data.AUTOTUNE) so the map runs in parallel")
+    if "[py_function]" in (pipeline or ""):
+        changes.append("rewrite the tf.py_function/numpy_function in TensorFlow ops (Python runs under the GIL)")
+    if "Batch" in stages and any(stage.endswith("Map") for stage in stages[:stages.index("Batch")]):
+        changes.append("batch before the map where its function allows it (one call per batch, not per element)")
+    if stages[-1] != "Prefetch":
+        changes.append("end the pipeline with .prefetch(tf.data.AUTOTUNE) so the next batch is made during the step")
+    changes.append(".cache() after the expensive decode when the data fits in memory or on local disk")
+    return changes
 
 
 BOOL_SYNC_ADVICE = ("; bool(tensor) comes from `if tensor:` or `torch.isnan(loss)` checks, such as the Hugging Face "
@@ -187,12 +211,13 @@ def small_batch(data: ProfileData, t: Thresholds) -> Finding | None:
         return None
     batch = s.batch_size or data.measured[0].batch_size
     fits = f"; about {int(batch * 0.9 * s.gpu_memory_total_bytes / peak)} would fit" if batch else ""
+    where = " (model.fit(batch_size=...) or dataset.batch(...))" if s.framework == "keras" else ""
     return Finding(
         "small_batch", "Small batch, memory to spare",
         f"peak memory {peak / MIB:.0f} MiB is {_pct(share)} of the card, GPU utilization {util:.0f}%, "
         f"batch {batch or 'unknown'}",
         "a small batch launches small kernels that leave most of the GPU idle",
-        f"raise the batch size (scale the learning rate with it){fits}, or `gpufly fit` the model for the "
+        f"raise the batch size{where} (scale the learning rate with it){fits}, or `gpufly fit` the model for the "
         "largest batch at your context length",
         "often 1.5-3x samples/s until utilization is high", 0.3,
     )
@@ -203,17 +228,27 @@ def fp32_on_tensor_cores(data: ProfileData, t: Thresholds) -> Finding | None:
     if not s.device.startswith("cuda") or not s.tensor_cores or s.autocast or s.model_dtype not in (None, "float32"):
         return None
     ampere = s.compute_capability is not None and s.compute_capability >= (8, 0)
-    change = ("torch.autocast('cuda', dtype=torch.bfloat16) around the forward pass and the loss" if ampere else
-              "torch.autocast('cuda', dtype=torch.float16) with torch.amp.GradScaler('cuda')")
-    if ampere and not s.tf32_matmul:
-        change += "; at least torch.backends.cuda.matmul.allow_tf32 = True (TF32 matmuls)"
+    if s.framework == "keras":
+        change = (f"keras.mixed_precision.set_global_policy('mixed_{'bfloat16' if ampere else 'float16'}') before "
+                  "building the model (compile() adds the loss scaling float16 needs), with a float32 output layer")
+        if ampere and not s.tf32_matmul:
+            change += "; at least tf.config.experimental.enable_tensor_float_32_execution(True) (TF32 matmuls)"
+    else:
+        change = ("torch.autocast('cuda', dtype=torch.bfloat16) around the forward pass and the loss" if ampere else
+                  "torch.autocast('cuda', dtype=torch.float16) with torch.amp.GradScaler('cuda')")
+        if ampere and not s.tf32_matmul:
+            change += "; at least torch.backends.cuda.matmul.allow_tf32 = True (TF32 matmuls)"
     return Finding(
         "fp32_tensor_cores", "fp32 on a GPU with tensor cores",
-        f"the model runs in {s.model_dtype or 'float32'} without autocast on {s.gpu_name} "
-        f"(compute capability {s.compute_capability[0]}.{s.compute_capability[1]}), TF32 matmul {s.tf32_matmul}",
+        f"the model runs in {s.model_dtype or 'float32'} without {_mixed(s)} on {s.gpu_name} "
+        f"(compute capability {'.'.join(map(str, s.compute_capability or ()))}), TF32 matmul {s.tf32_matmul}",
         "tensor cores run fp16/bf16 (and TF32) matmuls many times faster than fp32, and halve activation memory",
         change, "typically 1.5-3x on matmul-heavy models", 0.4,
     )
+
+
+def _mixed(s: LoopSettings) -> str:
+    return "a mixed-precision policy" if s.framework == "keras" else "autocast"
 
 
 def launch_bound(data: ProfileData, t: Thresholds) -> Finding | None:

@@ -170,6 +170,11 @@ class StepClock:
 
     # -- closing and dropping steps ------------------------------------------------------------
 
+    def restart(self) -> None:
+        """Drop the partial step and start the next one now: the time since the last step belongs to none (a Keras
+        epoch's validation and end-of-epoch callbacks)."""
+        self._skip_to(self.clock())
+
     def _close_step(self, at: float) -> None:
         self._marked_since_fetch = True
         if self._last_boundary is None:
