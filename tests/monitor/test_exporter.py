@@ -9,7 +9,7 @@ from pathlib import Path
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpufly.hw import GpuSample, HostSample
+from gpufly.hw import GpuSample, HostSample, XidEvent
 from gpufly.monitor.backends.replay import ReplayBackend
 from gpufly.monitor.exporter import GPU_LABELS, exporter_registry
 from gpufly.monitor.sample import Snapshot
@@ -78,16 +78,25 @@ def test_every_metric_in_the_grafana_dashboard_is_one_gpufly_serves() -> None:
     expressions = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
     expressions += [v["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
     used = {name for expr in expressions for name in re.findall(r"\b((?:DCGM_FI|gpufly)_[A-Za-z0-9_]+)", expr)}
-    served = set(_scrape(_replayed(40)))
+    served = set(_scrape(_replayed(40))) | set(_scrape(_with_an_xid()))
     assert used, "the dashboard queries something"
     assert used <= served, f"the dashboard asks for series gpufly does not serve: {sorted(used - served)}"
     assert {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE"} <= used
     assert all(panel["datasource"]["uid"] == "${datasource}" for panel in dashboard["panels"])
 
 
+def _with_an_xid() -> History:
+    """A GPU that had an XID: the series only XIDs bring (their counter) are served."""
+    history = History()
+    gpu = GpuSample(index=0, name="H100", xid_events=[XidEvent(kind="xid", xid=79, time=1.0, seq=1)])
+    history.add(Snapshot(time=1.0, hostname="node", gpus=[gpu]))
+    return history
+
+
 def test_every_emitted_metric_is_documented() -> None:
     docs = (Path(__file__).parent.parent.parent / "docs" / "monitor.md").read_text()
-    served = set(_scrape(_replayed(40)))
+    served = set(_scrape(_replayed(40))) | set(_scrape(_with_an_xid()))
+    assert "gpufly_gpu_xid_events_total" in served
     # prometheus_client adds _total and _info suffixes to counters and info metrics; the docs name what is served
     undocumented = sorted(name for name in served if f"`{name}`" not in docs)
     assert not undocumented, f"docs/monitor.md does not list {undocumented}"

@@ -137,7 +137,7 @@ def test_a_swapped_card_starts_a_fresh_window(fake: FakePynvml) -> None:
 def test_every_code_is_documented_with_its_level() -> None:
     docs = DOCS.read_text()
     for rule in RULES:
-        assert f"| `{rule.code}` | {rule.level.name} |" in docs
+        assert f"| `{rule.code}` | {rule.level.name}" in docs, "the worst level it gives comes first"
     assert "| `gpu_lost` | FAILING |" in docs
     assert set(CODES) == {"none", "gpu_lost", *(rule.code for rule in RULES)}
 

@@ -14,7 +14,7 @@ from tests.monitor.serving import RECORDING, serving
     (["--attribute", ","], "error: --attribute needs at least one source", "hint: one or more of: slurm, k8s"),
     (["--attribute", "slurm", "--replay", str(RECORDING)],
      "error: --attribute reads this machine's processes; it does nothing with --replay",
-     "hint: a recording serves the jobs it holds, as recorded: drop --attribute"),
+     "hint: a recording holds the jobs it was made with, as recorded: drop --attribute"),
     (["--currency", "EUR"], "error: --currency names the currency of --price-per-kwh, which was not given",
      "hint: add --price-per-kwh PRICE, e.g. --price-per-kwh 0.15 --currency EUR"),
     (["--price-per-kwh", "-1"], "error: --price-per-kwh must be a finite price of 0 or more, got -1.0",

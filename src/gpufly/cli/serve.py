@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -12,9 +12,6 @@ from gpufly.cli.monitoring import SignalsCall, check_history, check_interval
 from gpufly.cli.render import error_console
 from gpufly.errors import GpuflyError
 from gpufly.extras import require
-
-if TYPE_CHECKING:
-    from gpufly.monitor.energy import EnergyPrice
 
 
 def serve(
@@ -52,8 +49,11 @@ def serve(
     check_interval(interval)
     check_history(history)
     allowed_hosts = tuple(_check_allowed_host(name) for name in allow_host or ())
-    sources = _check_attribute(attribute, replay)
-    price = _check_price(price_per_kwh, currency)
+    from gpufly.monitor.attribution import sources_for
+    from gpufly.monitor.energy import price_from_options
+
+    sources = sources_for(attribute, replaying=replay is not None)
+    price = price_from_options(price_per_kwh, currency)
     require("prometheus_client", "gpufly serve")
     from gpufly.monitor import LiveBackend, open_backend
     from gpufly.monitor.energy import JobEnergy
@@ -105,28 +105,3 @@ def _check_allowed_host(name: str) -> str:
         raise GpuflyError(f"--allow-host takes a host name, not {name!r}",
                           "give the name alone, without a scheme or port: --allow-host gpu-node-1.example.com")
     return name
-
-
-def _check_attribute(attribute: str | None, replay: Path | None) -> frozenset[str]:
-    """The job sources asked for; refused with --replay, whose jobs are the recording's (served as recorded)."""
-    if attribute is None:
-        return frozenset()
-    from gpufly.monitor.attribution import parse_sources
-
-    sources = parse_sources(attribute)
-    if replay is not None:
-        raise GpuflyError("--attribute reads this machine's processes; it does nothing with --replay",
-                          hint="a recording serves the jobs it holds, as recorded: drop --attribute")
-    return sources
-
-
-def _check_price(price_per_kwh: float | None, currency: str | None) -> EnergyPrice | None:
-    """The price asked for, checked; --currency alone is refused (it would price nothing)."""
-    from gpufly.monitor.energy import EnergyPrice
-
-    if price_per_kwh is None:
-        if currency is not None:
-            raise GpuflyError("--currency names the currency of --price-per-kwh, which was not given",
-                              hint="add --price-per-kwh PRICE, e.g. --price-per-kwh 0.15 --currency EUR")
-        return None
-    return EnergyPrice(price_per_kwh, currency or "USD")

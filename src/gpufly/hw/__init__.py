@@ -8,12 +8,22 @@ reader) and the host. The doctor, the bench, the report, the profiler and the mo
 ...         samples = [GpuReader(nvml).sample(index) for index in range(nvml.device_count())]
 """
 
-from gpufly.hw.gpu import GpuDevice, GpuReader, GpuSample, MigSample, ProcessSample, throttle_reason_names
+from gpufly.hw.gpu import (
+    XID_KEEP_S,
+    GpuDevice,
+    GpuReader,
+    GpuSample,
+    MigSample,
+    ProcessSample,
+    XidEvent,
+    throttle_reason_names,
+)
 from gpufly.hw.host import HostFacts, HostSample, probe_host, read_host
 from gpufly.hw.nvml import FIXTURE_ENV, Nvml, NvmlStatus, load_pynvml
 
 __all__ = [
     "FIXTURE_ENV",
+    "XID_KEEP_S",
     "GpuDevice",
     "GpuReader",
     "GpuSample",
@@ -23,6 +33,7 @@ __all__ = [
     "Nvml",
     "NvmlStatus",
     "ProcessSample",
+    "XidEvent",
     "load_pynvml",
     "probe_host",
     "read_host",

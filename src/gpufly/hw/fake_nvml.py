@@ -13,6 +13,12 @@ The fixture is JSON in the units NVML returns (mW, mJ, KB/s, MHz, bytes)::
      "devices": [{"name": ..., "uuid": ..., "memory_total": ..., "memory_used": ..., "not_supported": [...],
                   "utilization": [gpu, memory], "power_mw": ..., "clocks_mhz": {"sm": ..., "mem": ...}, ...}]}
 
+XID events: a device's ``"events"`` list holds what the driver will deliver, each ``{"xid": 79}`` or
+``{"ecc": "double_bit"}``; a reader registered for them (``nvmlDeviceRegisterEvents``) gets them one per
+``nvmlEventSetWait`` (then NVML_ERROR_TIMEOUT), and ``emit(index, xid)`` adds one while a reader runs. The GPU
+offers XID events (plus ECC events where it has ``ecc_volatile``) unless ``"supported_events"`` gives another
+mask; listing ``nvmlDeviceRegisterEvents`` in ``not_supported`` makes the registration refused, as on WSL.
+
 A key a device lacks, a call listed in its ``not_supported``, and any NVML function this fake has no
 answer for all raise ``NVMLError(NVML_ERROR_NOT_SUPPORTED)``, as a card without that sensor does; so a
 reader that learns a new call needs no fixture change to keep running.
@@ -95,6 +101,14 @@ def node_fixture(gpus: int, pids: Sequence[int] = (), processes_per_gpu: int = 0
             "devices": [device(index) for index in range(gpus)]}
 
 
+class FakeEventSet:
+    """What ``nvmlEventSetCreate`` returns: the GPUs registered on it, each with its event mask."""
+
+    def __init__(self) -> None:
+        self.devices: dict[int, int] = {}
+        self.freed = False
+
+
 def _raising(exc: BaseException) -> Any:
     def call(*args: Any) -> Any:
         raise exc.with_traceback(None)  # a fresh traceback on every call, not one growing across calls
@@ -160,6 +174,10 @@ class FakePynvml:
             self.__dict__.pop(call, None)
         else:
             setattr(self, call, _raising(exc))  # an instance attribute shadows the method of that name
+
+    def emit(self, index: int, xid: int | None = None, ecc: str | None = None) -> None:
+        """The driver raises XID ``xid`` (or an ECC event, ``ecc="double_bit"``) on GPU ``index``."""
+        self._data["devices"][index].setdefault("events", []).append({"xid": xid} if ecc is None else {"ecc": ecc})
 
     def set_processes(self, index: int, compute: list[dict[str, Any]],
                       graphics: tuple[dict[str, Any], ...] | list[dict[str, Any]] = ()) -> None:
@@ -323,6 +341,54 @@ class FakePynvml:
     def nvmlDeviceGetEccMode(self, handle: Handle) -> tuple[int, int]:
         mode = self._field(handle, "nvmlDeviceGetEccMode", "ecc_mode")
         return tuple(mode) if isinstance(mode, list) else (mode, mode)
+
+    # --- events
+
+    def nvmlDeviceGetSupportedEventTypes(self, handle: int) -> int:
+        device = self._device(handle, "nvmlDeviceGetSupportedEventTypes")
+        ecc = pynvml.nvmlEventTypeSingleBitEccError | pynvml.nvmlEventTypeDoubleBitEccError
+        return device.get("supported_events",
+                          pynvml.nvmlEventTypeXidCriticalError | (ecc if "ecc_volatile" in device else 0))
+
+    def nvmlEventSetCreate(self) -> FakeEventSet:
+        self.calls.append("nvmlEventSetCreate")
+        return FakeEventSet()
+
+    def nvmlDeviceRegisterEvents(self, handle: int, event_types: int, event_set: FakeEventSet) -> None:
+        """Refused (NOT_SUPPORTED) when a requested type is not offered, as NVML documents."""
+        if event_types & ~self.nvmlDeviceGetSupportedEventTypes(handle):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        self._device(handle, "nvmlDeviceRegisterEvents")
+        event_set.devices[handle] = event_types
+
+    def nvmlEventSetWait_v2(self, event_set: FakeEventSet, timeout_ms: int) -> SimpleNamespace:
+        """The next event of a registered GPU (never waits: a recording has no future); TIMEOUT when none."""
+        self.calls.append("nvmlEventSetWait_v2")
+        return self._next_event(event_set)
+
+    def nvmlEventSetWait(self, event_set: FakeEventSet, timeout_ms: int) -> SimpleNamespace:
+        """The older entry point (drivers before R470), answering as ``_v2`` does."""
+        self.calls.append("nvmlEventSetWait")
+        return self._next_event(event_set)
+
+    def _next_event(self, event_set: FakeEventSet) -> SimpleNamespace:
+        for index, mask in event_set.devices.items():
+            pending = self._data["devices"][index].get("events", [])
+            while pending:
+                event = pending.pop(0)
+                if "xid" in event:
+                    kind, data = pynvml.nvmlEventTypeXidCriticalError, event["xid"]
+                else:
+                    kind, data = (pynvml.nvmlEventTypeDoubleBitEccError if event["ecc"] == "double_bit"
+                                  else pynvml.nvmlEventTypeSingleBitEccError), 0
+                if kind & mask:
+                    return SimpleNamespace(device=index, eventType=kind, eventData=data, gpuInstanceId=0,
+                                           computeInstanceId=0)
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
+
+    def nvmlEventSetFree(self, event_set: FakeEventSet) -> None:
+        self.calls.append("nvmlEventSetFree")
+        event_set.freed = True
 
     # --- MIG
 

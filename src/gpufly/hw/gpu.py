@@ -7,6 +7,12 @@ read sit side by side: ``power_w: float | None = nvml("nvmlDeviceGetPowerUsage",
 and ``GpuReader`` fills every field so declared. Adding a metric is one such line; the monitor's table
 (``gpufly.monitor.metrics``) decides how it is shown and exported.
 
+XID events are not a value to poll: NVML delivers them through an event set. A reader asked to
+(``GpuReader(nvml, watch_xids=True)``, as the monitor does) registers each GPU once for
+``nvmlEventTypeXidCriticalError`` (and double-bit ECC events where the GPU offers them), drains the set without
+waiting on every sample, and each sample carries the XIDs of the last ``XID_KEEP_S`` seconds
+(``GpuSample.xid_events``); where the driver refuses the registration, ``GpuSample.xid_unwatched`` says why.
+
 A call the card does not support reads as None; a GPU that falls off the bus mid-read comes back with
 ``lost=True`` while the others go on (nvitop's ``Device`` shape, with gpustat's tested faults). A read that
 fails for another reason (an NVML error other than "not supported", or any exception from a broken binding)
@@ -16,6 +22,8 @@ with the reason there too.
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -161,6 +169,9 @@ class ProcessSample:
     gpu_sm_percent: float | None = None
     """The process's share of SM time since the last sample (NVML process utilization); None where the
     card or mode (MIG, vGPU) does not report it."""
+    job: str | None = None
+    """The key of the Slurm job or Kubernetes pod the process belongs to, with attribution asked for (the
+    snapshot's ``jobs`` names it); None otherwise or when it is in none."""
 
 
 @dataclass
@@ -173,6 +184,40 @@ class MigSample:
     uuid: str | None
     memory_used_bytes: int | None = None
     memory_total_bytes: int | None = None
+
+
+XID_KEEP_S = 600.0
+"""How long a sample keeps an XID event after gpufly drained it: the window the health rule ``xid`` judges."""
+
+XID_KEEP_EVENTS = 32
+"""The most recent events a GPU's samples carry (a flood of one XID must not grow every sample without bound)."""
+
+DRAIN_MAX = 256
+"""Events read from one GPU's event set per sample at most; the rest wait for the next sample."""
+
+EVENT_XID = 0x8
+EVENT_DOUBLE_BIT_ECC = 0x2
+"""``nvmlEventTypeXidCriticalError`` and ``nvmlEventTypeDoubleBitEccError`` (nvml.h). Single-bit (corrected) ECC
+events are not asked for: a GPU can raise them by the thousand, and their count is a metric already."""
+
+EVENT_KINDS = {EVENT_XID: "xid", EVENT_DOUBLE_BIT_ECC: "ecc_double_bit"}
+
+NOT_WATCHED_HINT = "the driver delivers no events here, as on WSL, in vGPU guests, on some consumer cards"
+
+
+@dataclass
+class XidEvent:
+    """One event NVML delivered for a GPU: an XID (``kind="xid"``, its code in ``xid``) or a double-bit ECC error.
+
+    NVML's event carries no time stamp: ``time`` is when gpufly drained it (wall-clock seconds since the epoch, at
+    most one sampling interval after the driver raised it). ``seq`` counts the GPU's events since the reader
+    started, so a listener that sees the same event in many samples counts it once.
+    """
+
+    kind: str
+    xid: int | None
+    time: float
+    seq: int
 
 
 @dataclass
@@ -235,6 +280,11 @@ class GpuSample:
     mig_enabled: bool | None = nvml("nvmlDeviceGetMigMode", convert=enabled)
     mig: list[MigSample] = field(default_factory=list)
     processes: list[ProcessSample] = field(default_factory=list)
+    xid_events: list[XidEvent] | None = None
+    """XID (and double-bit ECC) events of the last ``XID_KEEP_S`` seconds, oldest first; [] when none came; None
+    when the reader does not watch events on this GPU (``xid_unwatched`` says why, when the driver refused)."""
+    xid_unwatched: str | None = None
+    """Why XID events are not watched on this GPU: ``nvmlDeviceRegisterEvents: NVML_ERROR_NOT_SUPPORTED ...``."""
 
     @property
     def memory_used_fraction(self) -> float | None:
@@ -355,10 +405,19 @@ class GpuReader:
     reads ``lost=True`` and keeps the name it had.
     """
 
-    def __init__(self, nvml: Nvml) -> None:
+    def __init__(self, nvml: Nvml, watch_xids: bool = False, clock: Callable[[], float] = time.time) -> None:
         self.nvml = nvml
         self._static: dict[int, GpuDevice] = {}
         self._util_seen: dict[int, int] = {}
+        self._watch_xids = watch_xids
+        self._clock = clock
+        self._events: dict[int, _EventWatch] = {}
+
+    def close(self) -> None:
+        """Free the event sets this reader registered (before the NVML session closes)."""
+        for watch in self._events.values():
+            watch.free(self.nvml)
+        self._events.clear()
 
     def count(self) -> int:
         return self.nvml.device_count()
@@ -400,10 +459,24 @@ class GpuReader:
             gpu.mig = self._read_mig(reader)
         if not reader.lost:
             gpu.processes = self._read_processes(reader, index)
+        if self._watch_xids and not reader.lost:
+            watch = self._events.get(index) or self._register(index, reader)
+            if watch is not None:
+                gpu.xid_events, gpu.xid_unwatched = watch.drain(self.nvml, reader, self._clock())
         if reader.lost:
             return self._lost(index, FELL_OFF_THE_BUS)
         gpu.unavailable = reader.describe()
         return gpu
+
+    def _register(self, index: int, reader: _Reader) -> _EventWatch | None:
+        """Register GPU ``index`` for XID (and double-bit ECC) events, once; why not when the driver refuses.
+
+        None (try again next sample) when the GPU was lost on the way; a refusal is kept, not asked every sample.
+        """
+        watch = _EventWatch.register(self.nvml, reader)
+        if watch is not None:
+            self._events[index] = watch
+        return watch
 
     def _lost(self, index: int, reason: str) -> GpuSample:
         known = self._static.get(index)
@@ -469,6 +542,73 @@ class GpuReader:
             if pid in by_pid:
                 by_pid[pid].gpu_sm_percent = sm_percent
         return list(by_pid.values())
+
+
+class _EventWatch:
+    """One GPU's event set: registered once, drained with a zero timeout on each sample, its recent events kept."""
+
+    WAIT_FUNCTIONS = ("nvmlEventSetWait_v2", "nvmlEventSetWait")
+    """The newer entry point first; a binding or driver without it falls back to the older one, remembered."""
+
+    def __init__(self, event_set: Any | None, why_not: str | None = None) -> None:
+        self.event_set = event_set
+        self.why_not = why_not
+        self.recent: deque[XidEvent] = deque(maxlen=XID_KEEP_EVENTS)
+        self.seq = 0
+        self._wait = self.WAIT_FUNCTIONS[0]
+
+    @classmethod
+    def register(cls, nvml: Nvml, reader: _Reader) -> _EventWatch | None:
+        supported, error = reader._call("nvmlDeviceGetSupportedEventTypes")
+        if reader.lost:
+            return None
+        if count(supported) is None:
+            return cls(None, f"nvmlDeviceGetSupportedEventTypes: {error} ({NOT_WATCHED_HINT})")
+        wanted = supported & (EVENT_XID | EVENT_DOUBLE_BIT_ECC)
+        if not wanted & EVENT_XID:
+            return cls(None, "the driver offers no XID events on this GPU (nvmlDeviceGetSupportedEventTypes)")
+        event_set, error = nvml.call("nvmlEventSetCreate")
+        if event_set is None:
+            return cls(None, f"nvmlEventSetCreate: {error}")
+        _, error = reader._call("nvmlDeviceRegisterEvents", wanted, event_set)
+        if error is None:
+            return cls(event_set)
+        nvml.call("nvmlEventSetFree", event_set)
+        if reader.lost:
+            return None
+        return cls(None, f"nvmlDeviceRegisterEvents: {error} ({NOT_WATCHED_HINT})")
+
+    def drain(self, nvml: Nvml, reader: _Reader, now: float) -> tuple[list[XidEvent] | None, str | None]:
+        """Every event waiting in the set (a zero timeout: ``NVML_ERROR_TIMEOUT`` means none), then the events of
+        the last ``XID_KEEP_S`` seconds; (None, why) on a GPU not watched."""
+        if self.event_set is None:
+            return None, self.why_not
+        for _ in range(DRAIN_MAX):
+            data, error = nvml.call(self._wait, self.event_set, 0)
+            if error == "NVML_ERROR_FUNCTION_NOT_FOUND" and self._wait != self.WAIT_FUNCTIONS[-1]:
+                self._wait = self.WAIT_FUNCTIONS[-1]
+                continue
+            if error is not None:
+                if error != "NVML_ERROR_TIMEOUT":
+                    reader.note("xid_events", error)
+                break
+            self._keep(data, now)
+        while self.recent and now - self.recent[0].time > XID_KEEP_S:
+            self.recent.popleft()
+        return list(self.recent), None
+
+    def _keep(self, data: Any, now: float) -> None:
+        event_type = count(getattr(data, "eventType", None)) or 0
+        for bit, kind in EVENT_KINDS.items():
+            if event_type & bit:
+                xid = count(getattr(data, "eventData", None)) if bit == EVENT_XID else None
+                self.seq += 1
+                self.recent.append(XidEvent(kind=kind, xid=xid, time=now, seq=self.seq))
+
+    def free(self, nvml: Nvml) -> None:
+        if self.event_set is not None:
+            nvml.call("nvmlEventSetFree", self.event_set)
+            self.event_set = None
 
 
 def _entries(answer: Any) -> list[Any]:

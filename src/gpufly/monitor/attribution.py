@@ -96,6 +96,18 @@ def parse_sources(text: str) -> frozenset[str]:
     return frozenset(_ALIASES.get(name, name) for name in names)
 
 
+def sources_for(attribute: str | None, replaying: bool) -> frozenset[str]:
+    """The sources ``--attribute`` asks for (none when not given); refused with ``--replay``, whose jobs are the
+    recording's (as recorded)."""
+    if attribute is None:
+        return frozenset()
+    sources = parse_sources(attribute)
+    if replaying:
+        raise GpuflyError("--attribute reads this machine's processes; it does nothing with --replay",
+                          hint="a recording holds the jobs it was made with, as recorded: drop --attribute")
+    return sources
+
+
 def read_environ(pid: int, proc_root: Path = Path("/proc")) -> dict[str, str] | None:
     """The attribution variables of a process's environment (NUL-separated ``KEY=value``); None if unreadable.
 

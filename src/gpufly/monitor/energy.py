@@ -7,6 +7,9 @@ no job energy at all, rather than a guess. The interval's joules go to the proce
 end, by each one's SM share where NVML reports it for every process on the GPU (``nvmlDeviceGetProcessUtilization``),
 else evenly per process; a job's part is the sum of its processes'. Energy of a GPU with no process, or of
 processes outside any job, is nobody's job's.
+
+``JobEnergy`` follows the jobs running now (the exporter's per-job counters end with the job); ``JobLedger`` keeps
+every job a run has seen, ended ones included, for `gpufly watch`'s summary: its names, GPUs, energy and cost.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ import math
 import re
 import threading
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from gpufly.errors import GpuflyError
 from gpufly.hw import GpuSample
@@ -78,17 +83,19 @@ class JobEnergy:
     def __call__(self, snapshot: Snapshot) -> None:
         self.add(snapshot)
 
-    def add(self, snapshot: Snapshot) -> None:
+    def add(self, snapshot: Snapshot) -> dict[str, float]:
+        """Take the snapshot's interval in; the joules each job of the snapshot used over it."""
         owners = job_of_pid(snapshot)
         with self._lock:
-            joules = {job.key: self._joules.get(job.key, 0.0) for job in snapshot.jobs}
+            used_now = {job.key: 0.0 for job in snapshot.jobs}
             for gpu in snapshot.gpus:
                 used = self._interval_joules(gpu)
                 if used is None:
                     continue
                 for job, share in gpu_shares(gpu, owners).by_job.items():
-                    joules[job] += used * share
-            self._joules = joules
+                    used_now[job] += used * share
+            self._joules = {key: self._joules.get(key, 0.0) + joules for key, joules in used_now.items()}
+            return used_now
 
     def _interval_joules(self, gpu: GpuSample) -> float | None:
         if gpu.lost or gpu.energy_j is None:
@@ -131,3 +138,135 @@ class EnergyPrice:
         0.2
         """
         return joules / JOULES_PER_KWH * self.per_kwh
+
+
+@dataclass
+class JobTotal:
+    """One job over a whole run: its names, the GPUs its processes used, its energy, and its cost when priced."""
+
+    scheduler: str
+    key: str
+    user: str = ""
+    name: str = ""
+    partition: str = ""
+    namespace: str = ""
+    container: str = ""
+    gpus: list[int] = field(default_factory=list)
+    samples: int = 0
+    """Snapshots it had a GPU process in."""
+    first_seen: float = 0.0
+    last_seen: float = 0.0
+    energy_j: float = 0.0
+    """Its share of the GPUs' energy counters over the intervals it ran (see the module's note)."""
+    cost: float | None = None
+    currency: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def text(self) -> str:
+        """``slurm job 4242 (alice, train, gpu): GPUs 0,1, 0.0123 kWh, 0.0015 USD over 12 samples``."""
+        names = ", ".join(part for part in (self.user, self.namespace, self.name, self.partition) if part)
+        what = "slurm job" if self.scheduler == "slurm" else "pod"
+        price = f", {self.cost:.4f} {self.currency}" if self.cost is not None else ""
+        gpus = ",".join(str(index) for index in self.gpus) or "none"
+        return (f"{what} {self.key}" + (f" ({names})" if names else "")
+                + f": GPUs {gpus}, {self.energy_j / JOULES_PER_KWH:.4f} kWh ({self.energy_j:.0f} J){price}"
+                + f" over {self.samples} samples")
+
+
+class JobLedger:
+    """Every job a run has seen, kept after its processes end (a sampler listener): `gpufly watch`'s summary.
+
+    Its energy is ``JobEnergy``'s split of each GPU's counter, summed over the whole run, so a job that stops and
+    comes back keeps what it used before; with a ``price``, each total is priced.
+    """
+
+    def __init__(self, price: EnergyPrice | None = None) -> None:
+        self.price = price
+        self._energy = JobEnergy()
+        self._jobs: dict[str, JobTotal] = {}
+
+    def __call__(self, snapshot: Snapshot) -> None:
+        self.add(snapshot)
+
+    def add(self, snapshot: Snapshot) -> None:
+        used = self._energy.add(snapshot)
+        for job in snapshot.jobs:
+            total = self._jobs.get(job.key)
+            if total is None:
+                total = self._jobs[job.key] = JobTotal(
+                    scheduler=job.scheduler, key=job.key, user=job.user, name=job.name, partition=job.partition,
+                    namespace=job.namespace, container=job.container, first_seen=snapshot.time)
+            pids = set(job.pids)
+            gpus = {gpu.index for gpu in snapshot.gpus for process in gpu.processes if process.pid in pids}
+            total.gpus = sorted(set(total.gpus) | gpus)
+            total.samples += 1
+            total.last_seen = snapshot.time
+            total.energy_j += used.get(job.key, 0.0)
+
+    def totals(self) -> list[JobTotal]:
+        """Every job seen, in the order first seen, priced when a price was given."""
+        jobs = [JobTotal(**asdict(total)) for total in self._jobs.values()]
+        if self.price is not None:
+            for total in jobs:
+                total.cost, total.currency = self.price.cost(total.energy_j), self.price.currency
+        return jobs
+
+
+def price_from_options(per_kwh: float | None, currency: str | None) -> EnergyPrice | None:
+    """``--price-per-kwh`` and ``--currency`` as a price, checked; --currency alone is refused (it prices nothing)."""
+    if per_kwh is None:
+        if currency is not None:
+            raise GpuflyError("--currency names the currency of --price-per-kwh, which was not given",
+                              hint="add --price-per-kwh PRICE, e.g. --price-per-kwh 0.15 --currency EUR")
+        return None
+    return EnergyPrice(per_kwh, currency or "USD")
+
+
+@dataclass
+class GpuTotal:
+    """One GPU's energy over a run (its counter's increase, else power integrated), priced when a price is given."""
+
+    index: int
+    name: str
+    energy_j: float | None
+    cost: float | None = None
+    currency: str | None = None
+
+    def text(self) -> str:
+        if self.energy_j is None:
+            return f"GPU {self.index} ({self.name}): energy not reported"
+        price = f", {self.cost:.4f} {self.currency}" if self.cost is not None else ""
+        kwh = self.energy_j / JOULES_PER_KWH
+        return f"GPU {self.index} ({self.name}): {kwh:.4f} kWh ({self.energy_j:.0f} J){price}"
+
+
+@dataclass
+class RunSummary:
+    """What a `gpufly watch` run used: energy (and cost) per GPU and per job."""
+
+    gpus: list[GpuTotal]
+    jobs: list[JobTotal]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpus": [asdict(gpu) for gpu in self.gpus], "jobs": [job.to_dict() for job in self.jobs]}
+
+    def lines(self, attributed: bool) -> list[str]:
+        """One line per GPU, then one per job (``no job seen`` when attribution found none)."""
+        lines = [f"energy: {gpu.text()}" for gpu in self.gpus]
+        if attributed:
+            lines += [f"job: {job.text()}" for job in self.jobs] or ["job: no GPU process belonged to a job"]
+        return lines
+
+
+def run_summary(latest: Snapshot | None, energy_of: Callable[[int], float | None], ledger: JobLedger | None,
+                price: EnergyPrice | None) -> RunSummary:
+    """The run's totals: each GPU of the last snapshot with ``energy_of(index)`` (``History.energy_since_start_j``)
+    joules, and the ledger's jobs."""
+    gpus = []
+    for gpu in latest.gpus if latest is not None else []:
+        joules = energy_of(gpu.index)
+        cost = price.cost(joules) if price is not None and joules is not None else None
+        gpus.append(GpuTotal(gpu.index, gpu.name, joules, cost, price.currency if cost is not None and price else None))
+    return RunSummary(gpus, ledger.totals() if ledger is not None else [])

@@ -13,6 +13,8 @@ never written as 0: a 0 would draw a real-looking line on a chart and fire no al
 ``gpufly_gpu_health`` is each GPU's verdict (``gpufly.monitor.health``: 0 healthy, 1 degraded, 2 failing), one
 series per GPU whose ``reason`` label is the most severe reason's short code (``none`` when healthy), so its
 cardinality stays one series per GPU at any moment and the label takes one of ``health.CODES``.
+``gpufly_gpu_xid_events_total`` counts each GPU's XID events by code, the ``xid`` label bounded to the codes of
+gpufly's XID table (``gpufly.monitor.xids``) and ``other``.
 
 Jobs (``gpufly serve --attribute slurm,k8s``, ``JobCollector``) are one ``gpufly_job_info`` series each, carrying
 the job's names, and a few per-job figures keyed by ``job`` alone (memory per GPU, share of each GPU, energy):
@@ -168,10 +170,16 @@ class SnapshotCollector:
         throttle = CounterMetricFamily("gpufly_gpu_throttle_seconds",
                                        "Seconds a slowdown reason (power cap, thermal, ...) was active since start.",
                                        labels=[*GPU_LABELS, "reason"])
+        xids = CounterMetricFamily("gpufly_gpu_xid_events",
+                                   "XID events NVML delivered since the exporter started; label xid: the code where "
+                                   "gpufly's table (NVIDIA's XID catalog) has it, else other.",
+                                   labels=[*GPU_LABELS, "xid"])
         for gpu in snapshot.gpus:
+            base = [gpu_labels(snapshot, gpu)[n] for n in GPU_LABELS]
+            for code, events in sorted(self.history.xid_counts(gpu.index).items()):
+                xids.add_metric([*base, code], float(events))  # kept for a lost GPU: XID 79 is why it is lost
             if gpu.lost:
                 continue
-            base = [gpu_labels(snapshot, gpu)[n] for n in GPU_LABELS]
             joules = self.history.energy_since_start_j(gpu.index)
             if joules is not None:
                 energy.add_metric(base, joules)
@@ -179,6 +187,7 @@ class SnapshotCollector:
                 throttle.add_metric([*base, reason], seconds)
         yield energy
         yield throttle
+        yield xids
 
     def _host(self, snapshot: Snapshot) -> Iterator[Metric]:
         host = snapshot.host

@@ -12,6 +12,11 @@ The software power cap (``sw_power_cap``) is not a reason: NVIDIA documents it a
 holding the board to its limit, which a fully loaded GPU does by design; only when it holds the clock under half
 its maximum under load does ``clocks_stuck_low`` fire (naming it). A rule whose figures the card does not report
 (ECC on a GeForce, utilization inside MIG) is listed in ``Health.unchecked`` instead of passing silently.
+
+XID events (rule ``xid``) come as events, not values: the hardware layer keeps each GPU's XIDs of the last
+``XID_KEEP_S`` seconds (10 minutes) in its samples, and the rule judges them by NVIDIA's XID catalog
+(``gpufly.monitor.xids``): FAILING for an XID NVIDIA answers with a GPU reset or a reboot, DEGRADED for the rest.
+Where the driver refuses to deliver them (GeForce, WSL), the rule is unchecked with the driver's answer.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
-from gpufly.hw import GpuSample
+from gpufly.hw import XID_KEEP_S, GpuSample
 from gpufly.monitor.format import REASON_WORDS, fmt_bytes
 from gpufly.monitor.sample import Snapshot
+from gpufly.monitor.xids import describe
 
 SUSTAINED_SAMPLES = 3
 """Samples a persistent condition must hold for (3 s at `top`'s and `serve`'s default 1 s interval)."""
@@ -99,19 +105,25 @@ class Rule:
     code: str
     level: Level
     reads: tuple[str, ...]
-    fires: Callable[[Window], str | None]
-    """The detail when the rule fires on the window, None when it does not."""
+    fires: Callable[[Window], str | Reason | None]
+    """The detail when the rule fires on the window (or the whole Reason, for a rule whose level depends on what it
+    saw, below ``level``), None when it does not."""
     samples: int = 1
+    unread: Callable[[GpuSample], str] | None = None
+    """Why its figures are missing, in words better than "not reported" (the driver's answer)."""
 
     def check(self, window: Window) -> Reason | str | None:
         """A Reason when it fires, the why (a str) when it cannot be checked, None when it passes."""
         missing = [name for name in self.reads if getattr(window[-1], name) is None]
         if missing:
-            return f"{self.code}: {', '.join(missing)} not reported"
+            why = self.unread(window[-1]) if self.unread else f"{', '.join(missing)} not reported"
+            return f"{self.code}: {why}"
         if len(window) < self.samples:
             return f"{self.code}: needs {self.samples} samples, has {len(window)}"
         detail = self.fires(window[-self.samples:])
-        return None if detail is None else Reason(self.code, self.level, detail)
+        if detail is None or isinstance(detail, Reason):
+            return detail
+        return Reason(self.code, self.level, detail)
 
 
 def _clock_event(reason: str, words: str) -> Callable[[Window], str | None]:
@@ -167,9 +179,33 @@ def _memory_nearly_full(window: Window) -> str | None:
     return f"memory {fraction:.0%} full ({fmt_bytes(gpu.memory_used_bytes)} of {fmt_bytes(gpu.memory_total_bytes)})"
 
 
+def _xids(window: Window) -> Reason | None:
+    """One reason for a GPU's recent XIDs: the worst level among them, each distinct code named once, worst first."""
+    seen: dict[tuple[str, int | None], int] = {}
+    for event in window[-1].xid_events or ():
+        if event.kind in ("xid", "ecc_double_bit"):
+            key = (event.kind, event.xid)
+            seen[key] = seen.get(key, 0) + 1
+    if not seen:
+        return None
+    parts: list[tuple[Level, str]] = []
+    for (kind, code), times in seen.items():
+        if kind == "ecc_double_bit":
+            level, words = Level.FAILING, "double-bit ECC error event (uncorrectable)"
+        else:
+            row = describe(code)
+            level, words = Level(row.level), row.words() if code is not None else "an XID with no code"
+        parts.append((level, (f"{times}x " if times > 1 else "") + words))
+    parts.sort(key=lambda part: -part[0])
+    minutes = f"{XID_KEEP_S / 60:g} minutes"
+    return Reason("xid", parts[0][0], f"{'; '.join(words for _, words in parts)} in the last {minutes}")
+
+
 CLOCK_EVENTS = ("throttle_reasons",)
 
 RULES: tuple[Rule, ...] = (
+    Rule("xid", Level.FAILING, ("xid_events",), _xids,
+         unread=lambda gpu: gpu.xid_unwatched or "XID events not watched by this reader"),
     Rule("ecc_uncorrected", Level.FAILING, ("ecc_uncorrected_volatile",), _ecc_uncorrected),
     Rule("row_remap_failed", Level.FAILING, ("remapped_rows_failed",),
          _flag("remapped_rows_failed", "a memory row remapping has failed (NVIDIA's replacement criterion)")),

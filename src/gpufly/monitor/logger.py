@@ -2,7 +2,9 @@
 
 Each GPU's line carries its health verdict (``gpufly.monitor.health``) on the samples written so far: a
 ``health`` object in JSONL (replay ignores it and judges the samples afresh), ``gpu_health`` and
-``gpu_health_reasons`` columns in CSV.
+``gpu_health_reasons`` columns in CSV. A GPU's recent XID events are a ``gpu_xid_events`` cell in CSV
+(``79@1733350000.000#3``: code, or ``ecc_double_bit``, at time, sequence number; ``;`` between events; ``none`` for
+no event, empty when not watched), and ``gpu_jobs`` the jobs of its processes (``--attribute``).
 
 Every line goes to the file in one ``os.write`` on a descriptor opened with O_APPEND, so a line is
 either all there or not there: Ctrl-C, a kill or a crash loses nothing already written, and the
@@ -22,18 +24,18 @@ from pathlib import Path
 from typing import Any
 
 from gpufly.errors import GpuflyError
-from gpufly.hw import GpuSample, HostSample
+from gpufly.hw import GpuSample, HostSample, XidEvent
 from gpufly.jsonfile import check_regular
 from gpufly.monitor.health import Health, HealthWatch, assess
 from gpufly.monitor.sample import Snapshot
 
 GPU_COLUMNS: tuple[str, ...] = tuple(
-    f.name for f in fields(GpuSample) if f.name not in ("mig", "processes", "throttle_reasons")
+    f.name for f in fields(GpuSample) if f.name not in ("mig", "processes", "throttle_reasons", "xid_events")
 )
 HOST_COLUMNS: tuple[str, ...] = ("cpu_percent", "memory_used_bytes", "memory_total_bytes", "swap_used_bytes")
 CSV_COLUMNS: tuple[str, ...] = (
     "time", "hostname", *(f"gpu_{c}" for c in GPU_COLUMNS), "gpu_throttle_reasons", "gpu_process_count",
-    "gpu_health", "gpu_health_reasons", *(f"host_{c}" for c in HOST_COLUMNS),
+    "gpu_health", "gpu_health_reasons", "gpu_xid_events", "gpu_jobs", *(f"host_{c}" for c in HOST_COLUMNS),
 )
 """One CSV row per GPU per sample (one row with empty GPU columns on a machine without GPUs)."""
 
@@ -72,6 +74,8 @@ def csv_rows(snapshot: Snapshot, verdicts: Verdicts | None = None) -> list[dict[
         row["gpu_process_count"] = len(gpu.processes)
         row["gpu_health"] = judged[gpu.index].level.name
         row["gpu_health_reasons"] = ";".join(reason.code for reason in judged[gpu.index].reasons)
+        row["gpu_xid_events"] = _xids_cell(gpu.xid_events)
+        row["gpu_jobs"] = ";".join(sorted({p.job for p in gpu.processes if p.job}))
         rows.append(row)
     return rows
 
@@ -81,6 +85,26 @@ def _reasons_cell(reasons: list[str] | None) -> str:
     if reasons is None:
         return ""
     return ";".join(reasons) if reasons else "none"
+
+
+def _xids_cell(events: list[XidEvent] | None) -> str:
+    if events is None:
+        return ""
+    return ";".join(f"{event.xid if event.kind == 'xid' else event.kind}@{event.time:.3f}#{event.seq}"
+                    for event in events) or "none"
+
+
+def _xids_from_cell(cell: str | None) -> list[XidEvent] | None:
+    """The cell ``_xids_cell`` wrote, back as events; None for an empty cell (or an older file without it)."""
+    if not cell:
+        return None
+    events = []
+    for entry in [] if cell == "none" else cell.split(";"):
+        what, _, rest = entry.partition("@")
+        stamp, _, seq = rest.partition("#")
+        xid = int(what) if what.isdigit() else None
+        events.append(XidEvent(kind="xid" if xid is not None else what, xid=xid, time=float(stamp), seq=int(seq)))
+    return events
 
 
 def csv_text(rows: list[dict[str, Any]], header: bool) -> str:
@@ -250,6 +274,7 @@ def snapshots_from_csv(text: str) -> list[Snapshot]:
             reasons = row.get("gpu_throttle_reasons")
             gpu = GpuSample(**values)
             gpu.throttle_reasons = None if not reasons else ([] if reasons == "none" else reasons.split(";"))
+            gpu.xid_events = _xids_from_cell(row.get("gpu_xid_events"))
             gpus[t].append(gpu)
     for t, snapshot in by_time.items():
         snapshot.gpus = gpus.get(t, [])

@@ -5,7 +5,8 @@ to ``History`` and to any listeners (the logger, the exporter, a terminal printe
 thread (``start``/``stop``: `top`, `serve`, the profiler) or in the foreground (``run(count=...)``:
 `watch`), on an injected clock and wait so tests step time by hand. History is
 a ring buffer per GPU and metric, so memory stays bounded however long it runs; it also keeps the
-running totals that a single sample cannot give: energy since start and time spent throttled.
+running totals that a single sample cannot give: energy since start, time spent throttled, and XID events
+counted once each (a GPU's samples carry its recent XIDs for minutes; ``XidEvent.seq`` tells a new one).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Protocol
 
 from gpufly.hw import GpuSample
 from gpufly.monitor.sample import Snapshot
+from gpufly.monitor.xids import label as xid_label
 
 HISTORY_METRICS: tuple[str, ...] = (
     "utilization_gpu_percent",
@@ -62,6 +64,8 @@ class History:
         self._energy_start: dict[int, float] = {}
         self._energy_integrated: dict[int, float] = defaultdict(float)
         self._throttle_s: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self._xid_seq: dict[int, int] = {}
+        self._xids: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self._lock = threading.Lock()
 
     def add(self, snapshot: Snapshot) -> None:
@@ -85,6 +89,7 @@ class History:
                 self._gpu[(gpu.index, metric)].append((now, float(value)))
         if gpu.energy_j is not None:
             self._energy_start.setdefault(gpu.index, gpu.energy_j)
+        self._count_xids(gpu)
         before = _same_gpu(previous, gpu.index)
         if before is None or before.lost:
             return
@@ -95,6 +100,25 @@ class History:
             self._energy_integrated[gpu.index] += (gpu.power_w + before.power_w) / 2 * elapsed
         for reason in before.slowdown_reasons:
             self._throttle_s[gpu.index][reason] += elapsed
+
+    def _count_xids(self, gpu: GpuSample) -> None:
+        """Count the XIDs not counted yet (a sequence number past the last one seen); a sequence that went back
+        (a new reader, a replay starting over) starts a fresh count of its events."""
+        if not gpu.xid_events:
+            return
+        last = self._xid_seq.get(gpu.index, 0)
+        newest = max(event.seq for event in gpu.xid_events)
+        if newest < last:
+            last = 0
+        for event in gpu.xid_events:
+            if event.seq > last and event.kind == "xid":
+                self._xids[gpu.index][xid_label(event.xid)] += 1
+        self._xid_seq[gpu.index] = newest
+
+    def xid_counts(self, gpu_index: int) -> dict[str, int]:
+        """XID events since start by the exporter's ``xid`` label (the code, or ``other`` outside gpufly's table)."""
+        with self._lock:
+            return dict(self._xids.get(gpu_index, {}))
 
     def series(self, gpu_index: int, metric: str) -> list[Point]:
         with self._lock:
@@ -126,7 +150,7 @@ def _same_gpu(snapshot: Snapshot | None, index: int) -> GpuSample | None:
     return next((g for g in snapshot.gpus if g.index == index), None)
 
 
-Listener = Callable[[Snapshot], None]
+Listener = Callable[[Snapshot], object]
 
 
 class Sampler:

@@ -5,7 +5,8 @@ not support reads as None and a GPU that falls off the bus is marked lost while 
 the monitor adds is the OS side of each GPU process (user, command, CPU%, RSS, container), joined here
 through /proc and psutil; a process that exits between NVML listing it and the join reading it is skipped.
 Asked to (``attribute``), the join also reads which Slurm job or Kubernetes pod each process belongs to
-(``gpufly.monitor.attribution``), once per process lifetime, and the snapshot lists those jobs.
+(``gpufly.monitor.attribution``), once per process lifetime: each process carries its job's key and the
+snapshot lists those jobs. The reader watches each GPU's XID events (registered once, drained every sample).
 Its cost grows with the distinct processes, not GPUs x processes (``ProcessJoiner``). Nothing NVML or its binding
 raises stops a sample: a field reads None, a GPU is lost, or the snapshot has no GPUs, each with the reason.
 """
@@ -248,6 +249,7 @@ def _user_of(proc: psutil.Process) -> str | None:
 def _fill(sample: ProcessSample, identity: ProcessIdentity, moving: Moving) -> None:
     sample.name, sample.cmdline, sample.user = identity.name, identity.cmdline, identity.user
     sample.container = identity.container
+    sample.job = identity.job.key if identity.job else None
     sample.cpu_percent, sample.rss_bytes = moving.cpu_percent, moving.rss_bytes
 
 
@@ -260,7 +262,7 @@ class LiveBackend:
                  attribute: frozenset[str] = frozenset()) -> None:
         self._nvml = Nvml(lib)
         self._status = self._nvml.open()
-        self._reader = GpuReader(self._nvml)
+        self._reader = GpuReader(self._nvml, watch_xids=True, clock=clock)
         self._hostname = hostname or socket.gethostname()
         self._clock = clock
         self._joiner = joiner or ProcessJoiner(attribute=Attributor(attribute) if attribute else None)
@@ -291,6 +293,7 @@ class LiveBackend:
         )
 
     def close(self) -> None:
+        self._reader.close()
         self._nvml.close()
 
     def _read_gpus(self) -> tuple[list[GpuSample], str | None]:
