@@ -20,12 +20,14 @@ class FakeClock:
         self.now += seconds
 
 
-def gpu_sample(lost: bool = False, utilization: float = 90.0, reasons: tuple[str, ...] = ()) -> Any:
+def gpu_sample(lost: bool = False, utilization: float = 90.0, reasons: tuple[str, ...] = (),
+               energy_j: float | None = None) -> Any:
     """What ``gpufly.hw.GpuReader.sample`` returns, with the fields the profiler reads."""
     return SimpleNamespace(lost=lost, utilization_gpu_percent=None if lost else utilization,
                            memory_used_bytes=None if lost else 8 * 1024**3, power_w=None if lost else 300.0,
                            power_limit_w=None if lost else 700.0, sm_clock_mhz=None if lost else 1980.0,
-                           sm_clock_max_mhz=None if lost else 1980.0, slowdown_reasons=list(reasons))
+                           sm_clock_max_mhz=None if lost else 1980.0, slowdown_reasons=list(reasons),
+                           energy_j=None if lost else energy_j)
 
 
 class FakeGpuSource:

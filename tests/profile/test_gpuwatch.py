@@ -91,3 +91,26 @@ def test_a_machine_without_a_driver_is_profiled_without_gpu_readings(monkeypatch
     readings: list[GpuReading] = []
     assert GpuWatch(0, 0.001, readings).start() is False
     assert readings == []
+
+
+def test_the_energy_counter_gives_joules_per_sample_in_the_report_and_its_absence_is_said() -> None:
+    from gpufly.profile.records import ProfileData, StepRecord
+    from gpufly.profile.render import receipt_lines, summary
+
+    source = FakeGpuSource(gpu_sample(energy_j=5000.0), gpu_sample(energy_j=5600.0), gpu_sample(energy_j=6200.0))
+    clock = FakeClock(now=100.0)
+    readings: list[GpuReading] = []
+    watch = GpuWatch(0, 3600.0, readings, connect=lambda: source, clock=clock)
+    assert watch.start() and source.wait_for_reads(1)
+    for _ in range(2):
+        clock.advance(2.0)
+        watch.sample_once()
+    watch.stop()
+    steps = [StepRecord(index=i, wall_s=0.1, batch_size=30) for i in range(10)]  # 300 samples/s
+    facts = summary(ProfileData(steps=steps, gpu=readings), [])
+    assert facts["energy"]["mean_power_w"] == 300.0, "1200 J over 4 s, from the counter"
+    assert abs(facts["energy"]["joules_per_sample"] - 1.0) < 1e-9
+    assert any(line.startswith("energy: 1 J per sample (300 W mean over 4.0 s") for line in receipt_lines(facts))
+    bare = summary(ProfileData(steps=steps), [])
+    assert bare["energy"]["joules_per_sample"] is None
+    assert "energy: not measured (no NVML energy counter" in "\n".join(receipt_lines(bare))

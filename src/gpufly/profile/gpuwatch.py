@@ -87,7 +87,7 @@ class GpuWatch:
             time=self._clock(), utilization_percent=gpu.utilization_gpu_percent,
             memory_used_bytes=gpu.memory_used_bytes, power_w=gpu.power_w, power_limit_w=gpu.power_limit_w,
             sm_clock_mhz=gpu.sm_clock_mhz, sm_clock_max_mhz=gpu.sm_clock_max_mhz,
-            slowdown_reasons=list(gpu.slowdown_reasons)))
+            slowdown_reasons=list(gpu.slowdown_reasons), energy_j=gpu.energy_j))
 
     def stop(self) -> None:
         """Stop the thread and close the source; the readings stay."""

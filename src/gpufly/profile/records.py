@@ -133,6 +133,8 @@ class GpuReading:
     sm_clock_mhz: float | None = None
     sm_clock_max_mhz: float | None = None
     slowdown_reasons: list[str] = field(default_factory=list)
+    energy_j: float | None = None
+    """NVML's total energy counter at this reading (joules since the driver loaded); None on a card without it."""
 
 
 @dataclass

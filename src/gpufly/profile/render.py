@@ -93,6 +93,34 @@ def own_cost(data: ProfileData) -> dict[str, Any] | None:
             "how": "timed inside gpufly's hooks and wrappers (a lower bound: the calls into them are not timed)"}
 
 
+def energy(data: ProfileData, samples_per_s: float | None) -> dict[str, Any]:
+    """Joules per sample from NVML's energy counter (not sampled power): the counter's rise between the first and
+    the last GPU reading over the time between them is the run's mean power, divided by the measured samples/s.
+
+    The whole GPU's energy (other processes on it count too) and the whole run's mean power (warm-up included:
+    the readings are not tied to steps), so the figure is for a GPU the loop has to itself.
+
+    >>> from gpufly.profile.records import GpuReading
+    >>> data = ProfileData(gpu=[GpuReading(time=0.0, energy_j=1000.0), GpuReading(time=10.0, energy_j=4000.0)])
+    >>> energy(data, 600.0)["joules_per_sample"], energy(ProfileData(), 600.0)["why_not"]
+    (0.5, 'no NVML energy counter (no GPU, or a card without it)')
+    """
+    counted = [r for r in data.gpu if r.energy_j is not None]
+    if len(counted) < 2 or counted[-1].time <= counted[0].time:
+        return {"joules_per_sample": None, "mean_power_w": None, "seconds": None,
+                "why_not": ("no NVML energy counter (no GPU, or a card without it)" if not counted
+                            else "fewer than two energy readings: the loop was shorter than the sampling interval")}
+    seconds = counted[-1].time - counted[0].time
+    joules = (counted[-1].energy_j or 0.0) - (counted[0].energy_j or 0.0)
+    if joules < 0:  # the driver reloaded and the counter restarted
+        return {"joules_per_sample": None, "mean_power_w": None, "seconds": seconds,
+                "why_not": "the energy counter went backwards (the driver restarted)"}
+    power = joules / seconds
+    return {"joules_per_sample": power / samples_per_s if samples_per_s else None, "mean_power_w": power,
+            "seconds": seconds, "why_not": None if samples_per_s else "no samples/s (no batch size seen)",
+            "how": "NVML's energy counter over the run, the whole GPU's"}
+
+
 def summary(data: ProfileData, findings: list[Finding]) -> dict[str, Any]:
     """The figures the views show, as one dict (also the `--json` document, with the raw steps)."""
     steps = data.measured
@@ -105,6 +133,7 @@ def summary(data: ProfileData, findings: list[Finding]) -> dict[str, Any]:
         "measured_steps": len(steps),
         "median_step_s": data.median("wall_s"),
         "samples_per_s": samples / wall if samples and wall else None,
+        "energy": energy(data, samples / wall if samples and wall else None),
         "breakdown": {label: share for label, share, _ in breakdown(data)},
         "syncs_per_step": data.per_step("syncs"),
         "receipt": receipt(data),
@@ -136,6 +165,12 @@ def receipt_lines(facts: dict[str, Any]) -> list[str]:
                     f"{noise['cpu_count']} CPUs")
         lines.append(f"noise floor: steps {_ms(noise['p10_step_s'])}-{_ms(noise['p90_step_s'])} (p10-p90, "
                      f"{100 * noise['spread']:.0f}% of the median){interval}{load}")
+    used = facts["energy"]
+    if used["joules_per_sample"] is not None:
+        lines.append(f"energy: {used['joules_per_sample']:.4g} J per sample ({used['mean_power_w']:.0f} W mean over "
+                     f"{used['seconds']:.1f} s, {used['how']})")
+    else:
+        lines.append(f"energy: not measured ({used['why_not']})")
     cost = facts["overhead"]
     if cost is not None:
         share = cost["share_of_median_step"]
