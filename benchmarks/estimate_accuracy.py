@@ -122,10 +122,11 @@ class Lookup:
 
 
 SPLIT_RULE = ("check set: rows whose sha256(source_url|gpu|model) is 0 mod 3; fit set: the rest. A model on a GPU "
-              "in one source lands whole on one side, so every source has rows on both sides. The decode, prefill and "
-              "memory constants in estimate/engines.py were fitted before this split on the whole "
-              "../shared/calibration sample (on its check rows they are in-sample); the training MFU and attention "
-              "cost and llama.cpp's pipeline efficiency were fitted on the fit set only")
+              "in one source lands whole on one side, so every source has rows on both sides. The memory constants and "
+              "vLLM's bandwidth and prefill efficiencies in estimate/engines.py were fitted before this split on the "
+              "whole ../shared/calibration sample (on its check rows they are in-sample); the training MFU and "
+              "attention cost, llama.cpp's decode and prefill constants, vLLM's quantized-weight bandwidth and "
+              "transformers' KV traffic were fitted on the fit set only")
 
 
 def _hash(row: dict[str, str]) -> int:
@@ -208,9 +209,37 @@ def _rows(folder: Path, name: str) -> Iterator[dict[str, str]]:
 
 
 def _inference_job(row: dict[str, str], gpus: int) -> Job:
+    """The row's job as it ran. llama-bench ran without flash attention (-fa 0, its default in every build the rows
+    name; PR 6017 predates llama.cpp's flash attention) unless the row's notes say -fa 1."""
     context = count(row["prompt_tokens"], 0) + count(row["gen_tokens"], 0)
-    return Job(quant=QUANTS[row["quant"]], engine=ENGINES[row["engine"]], batch=count(row["batch"], 1), gpus=gpus,
-               context=max(1, context))
+    engine_name = ENGINES[row["engine"]]
+    flash = engine_name != "llama.cpp" or "-fa 1" in row["notes"]
+    return Job(quant=QUANTS[row["quant"]], engine=engine_name, batch=count(row["batch"], 1), gpus=gpus,
+               context=max(1, context), flash_attention=flash)
+
+
+DROPPED_PREFILL = (
+    (XIONGJIEDAI, "A100 SXM 80GB", 0, "F16",
+     "A100 SXM F16 prompt speeds unlike the same table's: 627-1323 t/s where its A100 PCIe F16 rows (same GA100 "
+     "chip) give 7504-7741 and its own A100 SXM Q4_K_M rows 4851-11536, and rising with prompt length (pp4096 866, "
+     "pp8192 1323) where every other card falls; decode on the same rows is normal, so the prompt did not run the "
+     "F16 tensor-core path the other rows ran"),
+    (XIONGJIEDAI, "L40S 48GB", 1, "F16",
+     "L40S single-GPU F16 prompt speeds unlike the same table's: 2254-2888 t/s, below its own Q4_K_M row (5909) "
+     "where every other card's F16 prefill beats its Q4_K_M, a third of the RTX 6000 Ada's (same AD102 chip, 6663), "
+     "and rising with prompt length (pp512 2254, pp4096 2888) where every other card falls"),
+)
+"""Published prefill figures left out, with why: (source, GPU, GPU count or 0 for any, format, reason). Each
+contradicts the rest of its own table; their decode figures are kept. Dropped on that evidence before any constant
+was fitted."""
+
+
+def _dropped_prefill(row: dict[str, str]) -> str | None:
+    for source, gpu, gpus, quant, why in DROPPED_PREFILL:
+        if (row["source_url"].strip() == source and row["gpu"].strip() == gpu and row["quant"].strip() == quant
+                and gpus in (0, count(row["gpu_count"], 1))):
+            return why
+    return None
 
 
 def _mean_decode_position(prompt: int, generated: int, whole_request: bool) -> int:
@@ -246,7 +275,10 @@ def _inference_row(row: dict[str, str], lookup: Lookup, skipped: Skipped) -> Ite
                          where("decode", model, gpu, job))
         naive = gpu.memory_bandwidth_gbps * 1e9 / weight_bytes(model, weight_format(job.quant))
         yield Comparison(f"decode{NAIVE}", job.engine, gpus, naive, decode, label, split)
-    if prefill:
+    dropped = _dropped_prefill(row) if prefill else None
+    if dropped:
+        skipped.add(f"prefill dropped: {dropped[:60]}...")
+    elif prefill:
         seconds = prefill_s(model, gpu, job, prompt)
         if seconds is None:
             skipped.add(f"no tensor rate for {gpu.name}")

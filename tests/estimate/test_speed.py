@@ -12,12 +12,18 @@ from gpufly.estimate import engines
 from gpufly.estimate.advise import fit, largest, parse_gpu, recommend
 from gpufly.estimate.formats import weight_format
 from gpufly.estimate.job import Job
+from gpufly.estimate.memory import lm_head_params
 from gpufly.estimate.speed import (
+    ATTENTION_SCORE_BYTES,
+    attention_scores,
     decode_step_s,
     decode_weight_bytes,
     peak_flops,
     prefill_flops,
+    prefill_memory_bytes,
     prefill_parallelism,
+    prefill_rate,
+    prefill_s,
     training_speed,
 )
 from gpufly.models.hf_config import load_config_file, spec_from_config
@@ -88,9 +94,89 @@ def test_unpublished_tensor_rate_gives_no_compute_prediction() -> None:
     assert speed.train_tokens_s is None and "publishes no dense tensor rate" in speed.why
 
 
-def test_prefill_flops_count_causal_attention() -> None:
+def test_prefill_flops_count_the_body_per_token_the_head_once_and_causal_attention() -> None:
     heads_dim = 32 * 128
-    assert prefill_flops(LLAMA, 1000) == 2 * LLAMA.params * 1000 + 2 * 32 * 1000**2 * heads_dim
+    body = LLAMA.params - LLAMA.embedding_params - lm_head_params(LLAMA)
+    assert prefill_flops(LLAMA, 1000) == 2 * body * 1000 + 2 * lm_head_params(LLAMA) + 2 * 32 * 1000**2 * heads_dim
+
+
+def test_attention_scores_in_micro_batches_count_each_block_against_the_keys_before_it() -> None:
+    per_layer_head = LLAMA.layers * LLAMA.heads
+    assert attention_scores(LLAMA, 1024, 512) == per_layer_head * (512 * 512 + 512 * 1024)
+    assert attention_scores(LLAMA, 1000, 0) == per_layer_head * 1000 * 1000, "eager: the whole masked square"
+
+
+def _prefill_tok_s(job: Job, tokens: int, gpu: GpuSpec | None = None) -> float:
+    seconds = prefill_s(LLAMA, gpu or card(), job, tokens)
+    assert seconds is not None
+    return tokens / seconds
+
+
+def test_materialized_attention_scores_slow_long_prompts_in_llama_cpp() -> None:
+    without = Job(quant="f16", engine="llama.cpp", flash_attention=False)
+    flash = without.with_(flash_attention=True)
+    assert _prefill_tok_s(without, 8192) < 0.8 * _prefill_tok_s(flash, 8192)
+    assert _prefill_tok_s(without, 512) > 0.85 * _prefill_tok_s(flash, 512), "a short prompt hardly notices"
+    extra = prefill_s(LLAMA, card(), without, 8192) - prefill_s(LLAMA, card(), flash, 8192)
+    assert extra == pytest.approx(attention_scores(LLAMA, 8192, 512) * ATTENTION_SCORE_BYTES
+                                  / (1000e9 * engines.ELEMENTWISE_BANDWIDTH_EFFICIENCY))
+
+
+def test_llama_cpp_dequantizes_quantized_weights_for_each_prompt_micro_batch() -> None:
+    f16, q4 = Job(quant="f16", engine="llama.cpp"), Job(quant="q4_k_m", engine="llama.cpp")
+    assert _prefill_tok_s(q4, 4096) < _prefill_tok_s(f16, 4096), "the 16-bit copy costs memory traffic"
+    assert _prefill_tok_s(q4, 4096) > 0.5 * _prefill_tok_s(f16, 4096)
+
+
+def test_a_batch_of_short_prompts_shares_its_micro_batches_dequantization() -> None:
+    q4 = Job(quant="q4_k_m", engine="llama.cpp")
+    fmt, runtime = weight_format("q4_k_m"), engines.ENGINES["llama.cpp"]
+    one = prefill_memory_bytes(LLAMA, fmt, runtime, q4, 64)
+    assert prefill_memory_bytes(LLAMA, fmt, runtime, q4.with_(batch=8), 64) == one, "8 x 64 tokens: one micro-batch"
+    assert prefill_memory_bytes(LLAMA, fmt, runtime, q4.with_(batch=9), 64) == 2 * one
+
+
+def test_board_power_caps_llama_cpp_prefill_on_a_calibrated_chip_family() -> None:
+    runtime, fmt = engines.ENGINES["llama.cpp"], weight_format("f16")
+    geforce = card(segment="consumer", chip="AD102", tdp_w=450, fp16_tensor_tflops=165, bf16_tensor_tflops=165)
+    workstation = card(segment="workstation", chip="AD102", tdp_w=300, fp16_tensor_tflops=364,
+                       bf16_tensor_tflops=364)
+    per_watt = dict(runtime.prefill_tflops_per_watt)["AD10"] * 1e12
+    assert prefill_rate(workstation, runtime, fmt) == pytest.approx(300 * per_watt)
+    assert prefill_rate(geforce, runtime, fmt) == pytest.approx(
+        min(2 * 165e12 * runtime.prefill_compute_efficiency, 450 * per_watt))
+    uncalibrated = card(chip="XY100", tdp_w=50)
+    assert prefill_rate(uncalibrated, runtime, fmt) == pytest.approx(400e12 * runtime.prefill_compute_efficiency)
+
+
+def test_a_short_prompt_pays_the_engines_fixed_step_costs() -> None:
+    vllm = engines.ENGINES["vllm"]
+    seconds = prefill_s(LLAMA, card(), Job(engine="vllm"), 1)
+    assert seconds is not None and seconds > vllm.step_overhead_s
+    eager = prefill_s(LLAMA, card(), Job(engine="transformers"), 16)
+    assert eager is not None and eager >= LLAMA.layers * engines.ENGINES["transformers"].cpu_s_per_layer
+
+
+def test_vllm_reads_int4_weights_at_a_lower_share_of_bandwidth_than_bf16() -> None:
+    gpu, position = card(memory_bandwidth_gbps=2000, fp16_tensor_tflops=1000, bf16_tensor_tflops=1000), 1
+    bf16 = decode_step_s(LLAMA, gpu, Job(engine="vllm"), position) - engines.ENGINES["vllm"].step_overhead_s
+    int4 = decode_step_s(LLAMA, gpu, Job(engine="vllm", quant="int4"), position) - engines.ENGINES[
+        "vllm"].step_overhead_s
+    bytes_ratio = (decode_weight_bytes(LLAMA, weight_format("int4"), 1)
+                   / decode_weight_bytes(LLAMA, weight_format("bf16"), 1))
+    factor = dict(engines.ENGINES["vllm"].quantized_bandwidth_factor)["int4"]
+    assert int4 / bf16 == pytest.approx(bytes_ratio / factor, rel=0.02)
+
+
+def test_llama_cpp_decode_pays_a_fixed_cost_per_layer_so_bigger_models_use_bandwidth_better() -> None:
+    big = spec_from_config({**load_config_file(CONFIGS / "llama-3.1-8b"), "hidden_size": 8192,
+                            "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64},
+                           "Llama 70B-shaped", "test")
+    job = Job(quant="q4_k_m", engine="llama.cpp")
+    fmt = weight_format("q4_k_m")
+    small_rate = decode_weight_bytes(LLAMA, fmt, 1) / decode_step_s(LLAMA, card(), job, 1)
+    big_rate = decode_weight_bytes(big, fmt, 1) / decode_step_s(big, card(), job, 1)
+    assert big_rate > small_rate
 
 
 def test_training_scales_with_gpus_where_the_link_hides_the_communication() -> None:

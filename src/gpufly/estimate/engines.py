@@ -38,31 +38,55 @@ class Engine:
     step_overhead_s: float
     """Fixed host cost per step that does not overlap the GPU (scheduling, sampling)."""
     layer_overhead_s: float
-    """Fixed GPU cost per layer and step (small kernels: norms, RoPE, residuals)."""
+    """Fixed cost per layer and step (small kernels: norms, RoPE, residuals, and their launches). llama.cpp: 120 us,
+    the launch-bound graph of builds before CUDA graphs (the calibration rows' b2824 and PR 6017), fitted with
+    bandwidth_efficiency, hbm_bandwidth_factor and GGUF_DROP_SHARE on the fit set's 74 llama-bench tg rows. It is
+    what makes a 70B model read its weights at a larger share of the bandwidth than an 8B one (issue 17's pattern 3:
+    with 40 us and the README's whole format factor, 70B Q4_K_M was predicted 23% slow and 7B Q4_0 15% fast)."""
     kv_traffic_per_group: float
     """KV-cache bytes moved per byte stored, per query head sharing a KV head: eager attention
     repeats K and V for every query head of a group (transformers' repeat_kv) and its cache grows
-    by concatenation; paged and flash kernels read each byte once (0)."""
+    by concatenation; paged and flash kernels read each byte once (0). transformers: 6.5, the least mean
+    |log(measured / predicted)| over the fit set's 24 transformers decode rows (0.187 at 3.6, the value fitted
+    before the split, 0.092 at 6.5; long prompts were predicted 40-55% fast); it trades off against
+    bandwidth_efficiency (5 at 0.70 fits as well), which was kept."""
     prefill_compute_efficiency: float
     """Share of the dense tensor rate a long prefill reaches."""
+    unified_bandwidth_factor: float = 1.0
+    """Decode kernels fill a system-on-chip's unified memory (Apple silicon) less well than a discrete card's GDDR.
+    llama.cpp (Metal): 0.80, the least mean |log(measured / predicted)| over the fit set's 4 Apple tg rows (0.281
+    at 1, 0.169 at 0.8; 0.75-0.8 flat), after the CUDA constants were fitted."""
     quantized_cpu_factor: float = 1.0
     """Host-cost multiplier for int8/int4 layers, whose kernels launch more work per matrix."""
-    quantized_prefill_factor: float = 1.0
-    """Prefill slowdown of quantized weights (dequantization before the matmul)."""
     preallocates_context: bool = False
     """llama.cpp allocates the KV cache for all of n_ctx up front."""
     splits_layers: bool = False
     """Across GPUs the engine splits layers (a pipeline for one sequence: no added bandwidth)
     rather than tensors."""
-    pipelined_prefill_ubatch: int = 0
-    """With its layers split, the engine pipelines a long prompt's micro-batches of this many tokens across the
-    GPUs (llama.cpp since PR 6017, n_ubatch 512); 0: each GPU waits for the one before."""
+    prefill_ubatch: int = 0
+    """Tokens of a prompt the engine runs through the model at a time (llama.cpp's n_ubatch, 512): each micro-batch
+    attends to the keys before it and, with dequantizes_for_prefill, dequantizes the weights again; 0: the whole
+    prompt at once."""
+    pipelines_prefill: bool = False
+    """With its layers split across GPUs, the engine pipelines a long prompt's micro-batches through them (llama.cpp
+    since PR 6017); otherwise each GPU waits for the one before."""
     pipeline_efficiency: float = 1.0
     """Share of the ideal pipeline speed-up a layer-split prefill reaches (stage imbalance, copies between GPUs,
-    the synchronisation per micro-batch). llama.cpp: 0.55, the value in 0..1 (steps of 0.05) with the least mean
-    |log(measured / predicted)| over the fit set's 46 multi-GPU llama-bench pp rows (0.455 serial, 0.325 at 0.55;
-    flat from 0.35 to 0.6). On the check set's 15 (the PR 6017 8x A100 PCIe rows among them): 0.353 serial,
-    0.307 at 0.55."""
+    the synchronisation per micro-batch). llama.cpp: 0.45, fitted with LLAMA_CPP_PREFILL_TFLOPS_PER_WATT on the fit
+    set's 68 llama-bench pp rows; on its 45 multi-GPU rows alone the mean |log(measured / predicted)| is 0.193 at
+    0.45, 0.198 at 0.5, 0.226 at 0.25 and 0.32 at 1 (0.55 was the best before prefill counted attention scores and
+    dequantization). Capping the pipeline at llama-bench's n_batch (2048 tokens, 4 micro-batches) fitted worse."""
+    dequantizes_for_prefill: bool = False
+    """Dequantizes quantized weights to a 16-bit copy for each prompt micro-batch and runs a 16-bit tensor-core GEMM
+    on it: llama.cpp's CUDA backend for batches over 32 tokens on Volta and newer (ggml-cuda's cuBLAS path; the
+    calibration rows' builds, b2824 and PR 6017's, predate the int8 tensor-core MMQ kernels of mid-2024)."""
+    prefill_tflops_per_watt: tuple[tuple[str, float], ...] = ()
+    """(chip prefix, TFLOP/s per watt of board power): the most a prefill's matmuls sustain on that chip family,
+    fitted; a card's rate is the lower of its tensor rate times ``prefill_compute_efficiency`` and its board power
+    times this."""
+    quantized_bandwidth_factor: tuple[tuple[str, float], ...] = ()
+    """(weight format, factor): the share of the engine's decode bandwidth its kernels for that quantized format
+    reach, relative to 16-bit weights (vLLM's Marlin kernels for GPTQ and AWQ); 1 where not listed."""
     fp16_accumulate: bool = False
     """Runs FP16 matmuls with FP16 accumulation, which GeForce cards execute at twice the rate
     of FP32 accumulation (Ampere GA102 and Ada whitepapers)."""
@@ -87,18 +111,37 @@ modelled here); no fp8. A quantized V cache needs flash attention (-fa)."""
 LLAMA_CPP_KV_LADDER = ("q8_0", "q4_0")
 """The smaller KV-cache types the advisor offers for llama.cpp, largest first."""
 
+VLLM_QUANTIZED_BANDWIDTH = (("int4", 0.70), ("int8", 0.85))
+"""vLLM's decode bandwidth on GPTQ/AWQ weights relative to bf16: its Marlin kernels (gptq_marlin, awq_marlin; vLLM
+picks them for GPTQ and AWQ checkpoints on Ampere and newer) stream 4-bit weights at 0.70 of the share bf16 GEMVs
+reach, 8-bit at 0.85 (unpacking, scales and zero points per group, and a tile shape built for batches, not one
+token). Fitted on the fit set's 30 vLLM 0.6.3 decode rows (Qwen2.5 0.5B-72B on A100 80GB) by the least mean
+|log(measured / predicted)|: 0.126 with no slowdown, 0.070 with it (int4 flat from 0.65 to 0.75)."""
+
+LLAMA_CPP_PREFILL_TFLOPS_PER_WATT = (("AD10", 0.42), ("GA100", 0.40), ("GH100", 0.55))
+"""The FLOP/s per watt of board power llama.cpp's prompt matmuls sustained per chip family (Ada AD10x, Ampere
+GA100, Hopper GH100), fitted with its prefill_compute_efficiency (0.50) and pipeline_efficiency (0.45) on the fit
+set's llama-bench pp rows (68, one GPU and several) by the least mean |log(measured / predicted)| (0.144; flat
+within 0.003 for Ada 0.40-0.45, GA100 0.40-0.46, Hopper 0.50-0.60): 0.42 TFLOP/s/W caps a 300 W RTX 6000 Ada at
+126 TFLOP/s, while a 450 W RTX 4090 stays at half its FP16-accumulate rate, as measured. Ampere's GA10x cards never
+reach theirs (the fit is flat from 0.26 up): their FP16 rate binds first. A family not listed is bound by its
+tensor rate alone."""
+
 ENGINES: dict[str, Engine] = {
     "transformers": Engine("transformers", 500 * MIB, bandwidth_efficiency=0.85, hbm_bandwidth_factor=1.0,
                            cpu_s_per_layer=8.5e-4, step_overhead_s=0.0, layer_overhead_s=0.0,
-                           kv_traffic_per_group=3.6, prefill_compute_efficiency=0.45, quantized_cpu_factor=1.35,
+                           kv_traffic_per_group=6.5, prefill_compute_efficiency=0.45, quantized_cpu_factor=1.35,
                            splits_layers=True, kv_formats=TRANSFORMERS_KV_FORMATS),
     "vllm": Engine("vllm", 1024 * MIB, bandwidth_efficiency=0.80, hbm_bandwidth_factor=1.0, cpu_s_per_layer=0.0,
                    step_overhead_s=3.2e-3, layer_overhead_s=0.0, kv_traffic_per_group=0.0,
-                   prefill_compute_efficiency=0.60, kv_formats=VLLM_KV_FORMATS, label="vLLM"),
-    "llama.cpp": Engine("llama.cpp", 457 * MIB, bandwidth_efficiency=0.80, hbm_bandwidth_factor=0.62,
-                        cpu_s_per_layer=0.0, step_overhead_s=0.0, layer_overhead_s=4.0e-5, kv_traffic_per_group=0.0,
-                        prefill_compute_efficiency=0.42, quantized_prefill_factor=0.6, preallocates_context=True,
-                        splits_layers=True, pipelined_prefill_ubatch=512, pipeline_efficiency=0.55,
+                   prefill_compute_efficiency=0.60, quantized_bandwidth_factor=VLLM_QUANTIZED_BANDWIDTH,
+                   kv_formats=VLLM_KV_FORMATS, label="vLLM"),
+    "llama.cpp": Engine("llama.cpp", 457 * MIB, bandwidth_efficiency=0.95, hbm_bandwidth_factor=0.65,
+                        unified_bandwidth_factor=0.80, cpu_s_per_layer=0.0,
+                        step_overhead_s=0.0, layer_overhead_s=1.2e-4, kv_traffic_per_group=0.0,
+                        prefill_compute_efficiency=0.50, preallocates_context=True, splits_layers=True,
+                        prefill_ubatch=512, pipelines_prefill=True, pipeline_efficiency=0.45,
+                        dequantizes_for_prefill=True, prefill_tflops_per_watt=LLAMA_CPP_PREFILL_TFLOPS_PER_WATT,
                         fp16_accumulate=True, kv_formats=LLAMA_CPP_KV_FORMATS),
 }
 _ENGINE_ALIASES = {"hf": "transformers", "huggingface": "transformers", "llamacpp": "llama.cpp",
@@ -108,9 +151,19 @@ GGUF_BANDWIDTH_FACTOR: dict[str, float] = {
     "F16": 1.0, "Q8_0": 0.93, "Q6_K": 0.85, "Q5_K_M": 0.80, "Q5_K_S": 0.80, "Q4_K_M": 0.76,
     "Q4_K_S": 0.76, "Q3_K_L": 0.65, "Q3_K_S": 0.62, "Q2_K": 0.55,
 }
-"""Dequantization cost: llama.cpp's effective decode bandwidth falls with the quant type
-(its tools/quantize/README.md table for Llama-3.1-8B: size x t/s falls from 436 GiB/s at F16 and
-405 at Q8_0 to 329 at Q4_K_M and 236 at Q2_K). Factors relative to F16."""
+"""Dequantization cost: llama.cpp's decode bandwidth per quant type relative to F16, as its tools/quantize/README.md
+table for Llama-3.1-8B gives it (size x t/s: 436 GiB/s at F16, 405 at Q8_0, 329 at Q4_K_M, 236 at Q2_K). Those
+whole-token figures include the fixed launch cost per layer, which weighs more the smaller the file; with that cost
+counted apart (llama.cpp's layer_overhead_s), its kernels pay only GGUF_DROP_SHARE of each drop."""
+
+GGUF_DROP_SHARE = 0.15
+"""The share of GGUF_BANDWIDTH_FACTOR's drop llama.cpp's kernels pay: the least mean |log(measured / predicted)|
+over the fit set's 74 llama-bench tg rows (RTX 30/40, RTX A6000/Ada, A40, A100, H100 and Apple M1 Max/M2 Ultra;
+F16 and Q4_K_M, 8B and 70B), fitted with layer_overhead_s (120 us), bandwidth_efficiency (0.95) and
+hbm_bandwidth_factor (0.65): 0.167 with the whole drop and 40 us per layer, 0.087 now; flat from 0 to 0.3. The
+four Apple fit rows alone wanted more of the drop on Metal (1.5 times it, at 0.85 of the bandwidth share), a
+second constant on four rows that did worse on the check set's M3 Max rows and was not kept; Apple takes the same
+share, with its own unified_bandwidth_factor."""
 
 TRAINING_MFU = 0.70
 """Share of the dense tensor rate a training step's matmuls reach (the elementwise traffic below is counted apart,
@@ -125,7 +178,10 @@ reports 50-73% of peak on A100). Fitted with TRAINING_MFU."""
 TRAINING_TRAFFIC_PER_ACTIVATION_BYTE = 12.0
 """Bytes of memory traffic per byte of saved activations in a training step: each is written in
 the forward, read in the backward, and elementwise kernels read and write around it. Fitted."""
-TRAINING_BANDWIDTH_EFFICIENCY = 0.8
+ELEMENTWISE_BANDWIDTH_EFFICIENCY = 0.8
+"""Share of the datasheet bandwidth streaming kernels reach (norms, softmax, casts, dequantization): a prefill's
+traffic besides its matmuls, and a training step's elementwise work."""
+TRAINING_BANDWIDTH_EFFICIENCY = ELEMENTWISE_BANDWIDTH_EFFICIENCY
 """Share of the datasheet bandwidth elementwise training kernels reach."""
 ALLOCATOR_FRAGMENTATION = 0.05
 """Share added for the caching allocator's rounding and fragmentation (PyTorch rounds large

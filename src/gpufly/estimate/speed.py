@@ -14,7 +14,9 @@ from typing import Any
 
 from gpufly.catalog.spec import GpuSpec
 from gpufly.estimate.engines import (
+    ELEMENTWISE_BANDWIDTH_EFFICIENCY,
     GGUF_BANDWIDTH_FACTOR,
+    GGUF_DROP_SHARE,
     TRAINING_ATTENTION_COST,
     TRAINING_BANDWIDTH_EFFICIENCY,
     TRAINING_MFU,
@@ -33,6 +35,13 @@ TP_ALLREDUCES_PER_LAYER = 2
 after the MLP's down projection (Megatron-LM's row-parallel layers; vLLM's RowParallelLinear)."""
 ACTIVATION_BYTES = 2
 """Activations travel between GPUs in 16 bits."""
+FP16_BYTES = 2
+"""A dequantized weight's size."""
+ATTENTION_SCORE_BYTES = 20.0
+"""Memory traffic per attention score when a prefill materializes the scores (no flash attention), as llama.cpp's
+graph does: the QK^T GEMM writes each in fp32 (4 B), the masked softmax reads and writes it (8 B), the cast to fp16
+for the PV GEMM reads and writes it (6 B), and that GEMM reads it (2 B). Counted, not fitted: with it, each GPU's
+implied llama.cpp matmul rate is the same at pp512 and pp8192 (docs/calibration.md)."""
 QLORA_SLOWDOWN = 1.3
 """QLoRA dequantizes every NF4 weight on the fly, forward and backward (bitsandbytes)."""
 
@@ -99,8 +108,12 @@ def peak_flops(gpu: GpuSpec, dtype: str, fp16_accumulate: bool = False) -> float
 
 def _bandwidth(gpu: GpuSpec, runtime: Engine, fmt: WeightFormat, gpus: int) -> float:
     """Bytes per second a decode step's reads reach, across the GPUs that read in parallel."""
-    factor = GGUF_BANDWIDTH_FACTOR.get(fmt.name, 1.0) if fmt.engine_family == "gguf" else 1.0
+    if fmt.engine_family == "gguf":
+        factor = 1 - (1 - GGUF_BANDWIDTH_FACTOR.get(fmt.name, 1.0)) * GGUF_DROP_SHARE
+    else:
+        factor = dict(runtime.quantized_bandwidth_factor).get(fmt.name.split("-")[0], 1.0)
     hbm = runtime.hbm_bandwidth_factor if gpu.memory_type.upper().startswith("HBM") else 1.0
+    hbm *= runtime.unified_bandwidth_factor if gpu.segment == "soc" else 1.0
     parallel = 1 if runtime.splits_layers else gpus
     return gpu.memory_bandwidth_gbps * 1e9 * runtime.bandwidth_efficiency * factor * hbm * parallel
 
@@ -127,6 +140,12 @@ def _kv_traffic(spec: ModelSpec, runtime: Engine) -> float:
     return 1.0 + runtime.kv_traffic_per_group * spec.heads / attention.kv_heads
 
 
+def _host_factor(runtime: Engine, fmt: WeightFormat) -> float:
+    """How much longer the host takes per layer for these weights than for 16-bit ones."""
+    quantized = fmt.bits_per_weight < 16 and fmt.engine_family == "torch"
+    return runtime.quantized_cpu_factor if quantized else 1.0
+
+
 HOST_BOUND = "host (the engine's per-layer launch time)"
 """Speed.bound when a decode step waits on the host, not the GPU: the same tok/s on every GPU fast enough."""
 
@@ -142,8 +161,7 @@ def decode_terms(spec: ModelSpec, gpu: GpuSpec, job: Job, position: int) -> tupl
     compute = peak_flops(gpu, fmt.compute_dtype, runtime.fp16_accumulate)
     compute_time = (2 * spec.params_per_token * job.batch / (compute * runtime.prefill_compute_efficiency * job.gpus)
                     if compute else 0.0)
-    quantized = fmt.bits_per_weight < 16 and fmt.engine_family == "torch"
-    cpu_floor = layers * runtime.cpu_s_per_layer * (runtime.quantized_cpu_factor if quantized else 1.0)
+    cpu_floor = layers * runtime.cpu_s_per_layer * _host_factor(runtime, fmt)
     fixed = runtime.step_overhead_s + layers * runtime.layer_overhead_s
     fixed += sum(part.seconds for part in decode_communication(spec, gpu, job))
     terms = {HOST_BOUND: cpu_floor, "memory bandwidth (decode)": memory_time, "compute (decode)": compute_time}
@@ -198,13 +216,34 @@ def decode_step_s(spec: ModelSpec, gpu: GpuSpec, job: Job, position: int) -> flo
     return max(terms.values()) + fixed
 
 
+def _attention_flops(spec: ModelSpec, tokens: int) -> float:
+    if spec.attention is None or not spec.layers or not spec.heads:
+        return 0.0
+    head_dim = spec.attention.head_dim or (spec.hidden or 0) // spec.heads
+    return 2 * spec.layers * tokens**2 * spec.heads * head_dim
+
+
 def prefill_flops(spec: ModelSpec, tokens: int) -> float:
-    """2 * active params per token, plus causal attention's 2 * L * s^2 * heads * head_dim."""
-    attention = 0.0
-    if spec.attention is not None and spec.layers and spec.heads:
-        head_dim = spec.attention.head_dim or (spec.hidden or 0) // spec.heads
-        attention = 2 * spec.layers * tokens**2 * spec.heads * head_dim
-    return 2 * spec.params_per_token * tokens + attention
+    """The FLOPs a prompt's forward pass really runs: the body's matmuls for every token (the embedding is a lookup,
+    not a matmul), the LM head for the last token only (engines keep only the logits they sample from), and causal
+    attention's 2 * L * s^2 * heads * head_dim."""
+    head = lm_head_params(spec) or spec.embedding_params
+    body = max(0, spec.params_per_token - spec.embedding_params - lm_head_params(spec))
+    return 2 * body * tokens + 2 * head + _attention_flops(spec, tokens)
+
+
+def attention_scores(spec: ModelSpec, tokens: int, ubatch: int) -> float:
+    """Attention scores a prefill of ``tokens`` computes when it materializes them (no flash attention), over all
+    layers and heads: in blocks of ``ubatch`` queries, each against every key so far (llama.cpp's micro-batches
+    against its KV cache), or the whole s x s matrix at once (``ubatch`` 0: eager attention with a causal mask)."""
+    if spec.attention is None or not spec.layers or not spec.heads:
+        return 0.0
+    if not ubatch or ubatch >= tokens:
+        per_head = float(tokens) * tokens
+    else:
+        full, rest = divmod(tokens, ubatch)
+        per_head = ubatch * ubatch * full * (full + 1) / 2 + rest * tokens
+    return spec.layers * spec.heads * per_head
 
 
 def prefill_parallelism(runtime: Engine, gpus: int, tokens: int) -> float:
@@ -213,26 +252,75 @@ def prefill_parallelism(runtime: Engine, gpus: int, tokens: int) -> float:
     stage times instead of u * N (a 512-token prompt, one micro-batch, gains nothing)."""
     if not runtime.splits_layers:
         return gpus
-    if gpus == 1 or not runtime.pipelined_prefill_ubatch:
+    if gpus == 1 or not runtime.pipelines_prefill:
         return 1
-    ubatches = math.ceil(tokens / runtime.pipelined_prefill_ubatch)
+    ubatches = _ubatches(runtime, tokens)
     return 1 + (ubatches * gpus / (ubatches + gpus - 1) - 1) * runtime.pipeline_efficiency
 
 
-def prefill_s(spec: ModelSpec, gpu: GpuSpec, job: Job, tokens: int) -> float | None:
-    """Seconds to prefill ``tokens`` per sequence: compute-bound, never faster than one weight read."""
-    fmt = weight_format(job.quant)
-    runtime = engine(job.engine)
+def prefill_rate(gpu: GpuSpec, runtime: Engine, fmt: WeightFormat) -> float | None:
+    """FLOP/s a prefill's matmuls reach on one GPU: the dense tensor rate times the engine's kernel efficiency, and
+    for an engine calibrated per chip family, never more than the card's board power times the FLOP/s per watt its
+    family sustained (a tensor-core GEMM draws more than the board power at full clock: a 300 W RTX 6000 Ada
+    prefills at two thirds of a 450 W RTX 4090's rate with the same AD102 chip)."""
     compute = peak_flops(gpu, fmt.compute_dtype, runtime.fp16_accumulate)
     if compute is None:
         return None
+    rate = compute * runtime.prefill_compute_efficiency
+    per_watt = prefill_flops_per_watt(runtime, gpu)
+    if per_watt is not None and gpu.tdp_w:
+        rate = min(rate, gpu.tdp_w * per_watt)
+    return rate
+
+
+def prefill_flops_per_watt(runtime: Engine, gpu: GpuSpec) -> float | None:
+    """The engine's sustained prefill FLOP/s per watt of board power on this GPU's chip family, if calibrated."""
+    chip = (gpu.chip or "").upper()
+    for prefix, tflops_per_watt in runtime.prefill_tflops_per_watt:
+        if chip.startswith(prefix):
+            return tflops_per_watt * 1e12
+    return None
+
+
+def prefill_memory_bytes(spec: ModelSpec, fmt: WeightFormat, runtime: Engine, job: Job, tokens: int) -> float:
+    """Bytes a prefill of ``job.batch`` prompts of ``tokens`` moves besides its matmuls' operands: the attention
+    scores written, softmaxed and read again when they are materialized (ATTENTION_SCORE_BYTES each), and for an
+    engine that dequantizes its weights to 16 bits before a tensor-core GEMM, each micro-batch's read of the
+    quantized weights and write of the 16-bit copy (the GEMM's read of it is the same as for 16-bit weights)."""
+    moved = 0.0
+    if not job.flash_attention:
+        moved += attention_scores(spec, tokens, runtime.prefill_ubatch) * ATTENTION_SCORE_BYTES * job.batch
+    if runtime.dequantizes_for_prefill and fmt.bits_per_weight < 16:
+        body = max(0, spec.params_per_token - spec.embedding_params - lm_head_params(spec))
+        moved += _ubatches(runtime, tokens * job.batch) * body * (fmt.bits_per_weight / 8 + FP16_BYTES)
+    return moved
+
+
+def _ubatches(runtime: Engine, tokens: int) -> int:
+    return math.ceil(tokens / runtime.prefill_ubatch) if runtime.prefill_ubatch else 1
+
+
+def prefill_s(spec: ModelSpec, gpu: GpuSpec, job: Job, tokens: int) -> float | None:
+    """Seconds to prefill ``tokens`` per sequence: the matmuls at the prefill rate plus the memory traffic around
+    them (materialized attention scores, dequantized weights), never faster than one weight read nor than the host
+    can launch the layers; plus the engine's fixed costs of a step (its per-layer launches hide behind the long
+    kernels of every micro-batch but the first)."""
+    fmt = weight_format(job.quant)
+    runtime = engine(job.engine)
+    rate = prefill_rate(gpu, runtime, fmt)
+    if rate is None:
+        return None
     parallel = prefill_parallelism(runtime, job.gpus, tokens)
-    efficiency = runtime.prefill_compute_efficiency * (runtime.quantized_prefill_factor if fmt.bits_per_weight < 16
-                                                       else 1.0)
-    compute_time = prefill_flops(spec, tokens) * job.batch / (compute * efficiency * parallel)
-    memory_time = weight_bytes(spec, fmt) / (gpu.memory_bandwidth_gbps * 1e9 * parallel)
-    return (max(compute_time, memory_time) + (spec.layers or 1) * runtime.layer_overhead_s
-            + _prefill_allreduce_s(spec, gpu, job, tokens))
+    bandwidth = gpu.memory_bandwidth_gbps * 1e9 * parallel
+    compute_time = prefill_flops(spec, tokens) * job.batch / (rate * parallel)
+    traffic = prefill_memory_bytes(spec, fmt, runtime, job, tokens)
+    traffic_time = traffic / (bandwidth * ELEMENTWISE_BANDWIDTH_EFFICIENCY)
+    memory_time = weight_bytes(spec, fmt) / bandwidth
+    layers = spec.layers or 1
+    host_floor = layers * runtime.cpu_s_per_layer * _host_factor(runtime, fmt)
+    fixed = runtime.step_overhead_s + layers * runtime.layer_overhead_s
+    return max(compute_time + traffic_time, memory_time, host_floor) + fixed + _prefill_allreduce_s(
+        spec, gpu, job, tokens)
 
 
 def _prefill_allreduce_s(spec: ModelSpec, gpu: GpuSpec, job: Job, tokens: int) -> float:
