@@ -407,6 +407,7 @@ _FIT = ("fit", "llama-3.1-8b", "--gpu", "4090")
 _FIT_TRAIN = ("fit", "llama-3.1-8b", "--gpu", "h100 sxm", "--task", "full")
 _FIT_LORA = ("fit", "llama-3.1-8b", "--gpu", "h100 sxm", "--task", "lora")
 _RECOMMEND = ("recommend", "llama-3.1-8b", "--top", "1")
+_FIT_NODES = ("fit", "llama-3.1-8b", "--gpu", "8xh100 sxm", "--task", "full", "--zero", "3")
 _REPLAY = ("--replay", str(RECORDING))
 NUMBERS: tuple[Number, ...] = (
     Number("gpus --min-vram", ("gpus", "--min-vram", "{value}"), accepts=frozenset({"zero", "a fraction", "huge"})),
@@ -416,6 +417,15 @@ NUMBERS: tuple[Number, ...] = (
     Number("fit --lora-rank", (*_FIT_LORA, "--lora-rank", "{value}"), accepts=frozenset({"huge"})),
     Number("fit --gpu-memory-utilization", (*_FIT, "--gpu-memory-utilization", "{value}"),
            accepts=frozenset({"a fraction"})),
+    Number("fit --nodes", (*_FIT_NODES, "--nodes", "{value}"), accepts=frozenset({"huge"})),
+    Number("fit --tp", (*_FIT_NODES, "--tp", "{value}")),
+    Number("fit --pp", (*_FIT_NODES, "--pp", "{value}")),
+    Number("fit --microbatches", (*_FIT_NODES, "--pp", "2", "--microbatches", "{value}"),
+           accepts=frozenset({"huge"})),
+    Number("fit --global-batch", (*_FIT_NODES, "--global-batch", "{value}")),  # huge: not a multiple of 8 ranks
+    Number("fit --nics", (*_FIT_NODES, "--nodes", "2", "--nics", "{value}"), accepts=frozenset({"huge"})),
+    Number("recommend --nodes", ("recommend", "llama-3.1-8b", "--task", "full", "--top", "1", "--nodes", "{value}"),
+           accepts=frozenset({"huge"})),
     Number("recommend --ctx", (*_RECOMMEND, "--ctx", "{value}"), accepts=frozenset({"huge"})),
     Number("recommend --batch", (*_RECOMMEND, "--batch", "{value}"), accepts=frozenset({"huge"})),
     Number("recommend --lora-rank", ("recommend", "llama-3.1-8b", "--task", "lora", "--lora-rank", "{value}"),
@@ -438,6 +448,14 @@ NUMBERS: tuple[Number, ...] = (
            cheap=False),
     Number("tune --price-per-hour", ("tune", "recsys", "--price-per-hour", "{value}"),
            accepts=frozenset({"huge", "a fraction"}), cheap=False),
+    Number("tune --price-per-kwh", ("tune", TUNE_WORKLOAD, "--price-per-kwh", "{value}"),
+           accepts=frozenset({"huge", "a fraction"}), cheap=False),
+    Number("tune --nodes", ("tune", TUNE_WORKLOAD, "--launcher", "torchrun", "--nodes", "{value}"),
+           accepts=frozenset({"huge"})),
+    Number("tune --gpus-per-node", ("tune", TUNE_WORKLOAD, "--launcher", "slurm", "--gpus-per-node", "{value}"),
+           accepts=frozenset({"huge"})),
+    Number("watch --price-per-kwh", ("watch", *_REPLAY, "--count", "1", "--price-per-kwh", "{value}"),
+           accepts=frozenset({"zero", "huge", "a fraction"})),  # as serve's: free energy is a price
     Number("profile --trace", ("profile", "--trace", "{value}", str(PROFILE_SCRIPT)),
            accepts=frozenset({"zero", "huge"}), cheap=False),
     Number("profile --warmup", ("profile", "--warmup", "{value}", str(PROFILE_SCRIPT)),

@@ -133,6 +133,9 @@ class Job:
             quant = "fp32"
         if fsdp is not None:
             zero = _fsdp_stage(fsdp, zero)
+        for value, flag in ((nics, "--nics"), (microbatches, "--microbatches"), (global_batch, "--global-batch")):
+            if value is not None and value <= 0:  # 0 inside a Job means "the default", never a user's 0
+                raise GpuflyError(f"{flag} must be a positive whole number, got {value}", hint=f"e.g. {flag} 8")
         if checkpointing is None:
             checkpointing = task in RECIPE_CHECKPOINTING and RECIPE_CHECKPOINTING[task][0]
         targets = _target_list(lora_targets)
