@@ -86,7 +86,7 @@ def test_the_sbatch_script_asks_one_task_per_node_and_torchrun_agrees_with_it() 
     args = torchrun_parse(argv)
     assert args.nnodes == directives["nodes"] and args.nproc_per_node == directives["gpus-per-node"]
     assert args.rdzv_endpoint == "$head:29500" and args.rdzv_backend == "c10d" and args.rdzv_id == "$SLURM_JOB_ID"
-    assert 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)' in script.splitlines()
+    assert 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)' in script.splitlines()
 
 
 def test_the_sbatch_script_run_by_bash_hands_srun_the_first_node_as_the_endpoint(tmp_path: Path) -> None:

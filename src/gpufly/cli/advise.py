@@ -404,13 +404,9 @@ def fit(
 
     Examples:
       gpufly fit llama-3.1-8b --gpu 4090
-      gpufly fit llama-3.1-70b --gpu 2xH100 --quant int4
       gpufly fit qwen2.5-7b --gpu 4090 --task qlora --max-batch --lang zh
-      gpufly fit llama-3.1-8b --task full --zero 3 --gpu 8xA100 --json
-      gpufly fit llama-3.1-8b --gpu 4xA100-PCIe-80GB --engine vllm --link pcie
-      gpufly fit llama-3.1-70b --task full --fsdp full_shard --checkpointing --gpu 8xH100 --nodes 4
+      gpufly fit llama-3.1-8b --gpu 4xA100-PCIe-80GB --engine vllm --link pcie --json
       gpufly fit llama-3.1-70b --task full --gpu 8xH100 --nodes 4 --tp 8 --pp 4 --global-batch 512
-      gpufly fit llama-3.1-8b --task full --zero 3 --gpu 8xA100 --nodes 2 --internode eth-100
     """
     choose_language(lang, json_out)
     from gpufly.catalog import default_catalog

@@ -143,8 +143,9 @@ class ClusterPlan:
         argv = torchrun_args(self.layout, Rendezvous(SLURM_HEAD, self.port, "$SLURM_JOB_ID"))
         lines = ["#!/bin/bash", *(f"#SBATCH --{key}={value}" for key, value in self.sbatch_directives().items()),
                  "set -euo pipefail",
-                 "# The rendezvous is served from the job's first node.",
-                 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+                 "# The rendezvous is served from the job's first node (sed, not head -n 1: head leaves early, and the "
+                 "SIGPIPE it can give scontrol fails the job under pipefail).",
+                 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
                  f"export {REQUEST_ENV}={shlex.quote(self.request_json)}",
                  f"srun {shell_line(argv)}"]
         return "\n".join(lines) + "\n"
