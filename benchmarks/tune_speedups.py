@@ -5,7 +5,13 @@ Search: each a real tuner trial of
 the built-in recsys workload in its own process (the same worker, the same training samples, samples over the
 wall time of the measured steps with warm-up steps excluded and the device synchronized), cumulative, each
 judged by its probe loss and its held-out log loss against the naive pipeline, the baseline re-run through the
-run (the noise floor) and the fastest stages confirmed by A/B rounds (the speedup's 95% interval). Then cnn
+run (the noise floor) and the fastest stages confirmed by A/B rounds (the speedup's 95% interval). The
+reference row is the loop a competent engineer writes by hand (gpufly.tune.workloads.recsys_reference), run by
+the same worker and then in rounds beside the fastest safe stage (and the fastest at batch 256); the same loop
+outside the worker is timed in this process, interleaved with the worker's runs of it, so the harness's own
+per-step cost is known. Each row's share of the memory-bandwidth limit is its samples/s times the bytes a sample
+moves over this machine's measured copy bandwidth (gpufly.tune.stages.Limit; ``--bandwidth-gbps`` from gpufly
+bench, else the best of a copy measured before and after the run). Then cnn
 and transformer through the tuner's search. On a GPU the trials run there (``--device``); samples per dollar use
 ``--price-per-hour`` or the catalog's launch price over three years. Run: ``python benchmarks/tune_speedups.py``.
 """
@@ -14,13 +20,16 @@ from __future__ import annotations
 
 import argparse
 import platform
+import statistics
 import tempfile
 from pathlib import Path
 
 import torch
 
 from gpufly.tune import GreedyPlan, ResultsLog, Search, SubprocessRunner, Target, TrialResult, offered
-from gpufly.tune.stages import catalog_price_per_hour, stages
+from gpufly.tune.noise import ratio_interval
+from gpufly.tune.stages import Limit, catalog_price_per_hour, stages
+from gpufly.tune.trial import Trial
 from gpufly.tune.workload import build
 
 
@@ -34,6 +43,11 @@ def main() -> None:
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--processes", type=int, default=2, help="DDP processes in the communication stage.")
     parser.add_argument("--skip-search", action="store_true", help="Only the recsys stages.")
+    parser.add_argument("--bandwidth-gbps", type=float, default=None,
+                        help="The machine's memory bandwidth for the limit, as gpufly bench measured it on a quiet "
+                             "machine (memory.copy); by default the best of a copy measured before and after.")
+    parser.add_argument("--harness-rounds", type=int, default=3,
+                        help="Rounds of the hand-written loop in this process against the worker's run of it.")
     args = parser.parse_args()
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     device = "cuda" if cuda else "cpu"
@@ -47,28 +61,89 @@ def main() -> None:
     where = torch.cuda.get_device_name(0) if cuda else f"{platform.machine()} CPU, {torch.get_num_threads()} threads"
     print(f"recsys case study on {where}, torch {torch.__version__}: {args.steps} steps of 256 samples per stage "
           "(a larger batch takes fewer steps), samples over the wall time of the measured steps")
-    header = f"{'stage':<14}{'configuration':<50}{'samples/s':>11}{'speedup':>9}{'held-out':>10}  verdict"
-    print(header + (f"{'samples/$':>16}" if price else ""))
-
-    def show(r: TrialResult) -> None:
-        rate = "—" if r.throughput is None else f"{r.throughput:,.0f}"
-        speedup = "—" if r.speedup is None else f"{r.speedup:.2f}x"
-        loss = "—" if r.eval_metric is None else f"{r.eval_metric:.4f}"
-        verdict = r.status + (f": {r.error[:60]}" if r.error else "")
-        line = f"{r.stage or '':<14}{r.name:<50}{rate:>11}{speedup:>9}{loss:>10}  {verdict:<8}"
-        dollars = r.samples_per_dollar(price)
-        if price and dollars:
-            line += f"{dollars:>16,.0f}"
-        print(line, flush=True)
-
+    before = copy_bandwidth(device)
+    print(f"memory copy bandwidth before the run: {before / 1e9:.2f} GB/s")
+    plan = stages(args.processes, cuda)
+    runner = SubprocessRunner("recsys", args.steps, device, timeout_s=900)
     with tempfile.TemporaryDirectory() as folder:
-        run = Search(stages(args.processes), ResultsLog(Path(folder) / "stages.jsonl"),
-                     SubprocessRunner("recsys", args.steps, device, timeout_s=900), on_result=show)
+        run = Search(plan, ResultsLog(Path(folder) / "stages.jsonl"), runner,
+                     on_result=lambda r: print(f"  done: {r.name}", flush=True))
         run.run()
+    after = copy_bandwidth(device)
+    limit = Limit(args.bandwidth_gbps * 1e9 if args.bandwidth_gbps else max(before, after))
+    print(f"memory copy bandwidth after the run: {after / 1e9:.2f} GB/s; the limit uses "
+          f"{limit.bandwidth_bytes_per_s / 1e9:.2f} GB/s and {limit.traffic.bytes_per_sample(256):,.0f} bytes a "
+          "sample at batch 256")
+    table(run.results, limit, price)
     conclude(run, "stage")
+    for comparison in plan.comparisons:
+        print(comparison.text())
+    harness(runner, args.harness_rounds)
     if not args.skip_search:
         for name in ("cnn", "transformer"):
             searched(name, args.search_steps, device)
+
+
+def copy_bandwidth(device: str = "cpu") -> float:
+    """The memory bandwidth the trials run against, in B/s (gpufly.bench.copy_bandwidth, as `gpufly tune recsys`
+    measures it)."""
+    import torch
+
+    from gpufly.bench import copy_bandwidth as measured
+
+    return measured(torch, device)
+
+
+def table(results: list[TrialResult], limit: Limit, price: float | None) -> None:
+    """One row per stage and the reference: samples/s with the runs behind it, the speedup, the held-out loss, the
+    share of the memory-bandwidth limit, samples per dollar, on a GPU joules per sample, and the verdict."""
+    joules = any(getattr(r, "joules_per_unit", None) is not None for r in results)
+    print(f"{'stage':<14}{'configuration':<50}{'samples/s':>11}{'runs [min-max]':>24}{'speedup [95%]':>24}"
+          f"{'held-out':>10}{'limit':>8}" + (f"{'samples/$':>14}" if price else "") + (f"{'J/sample':>10}" if joules
+                                                                                       else "") + "  verdict")
+    for r in results:
+        rate = "—" if r.throughput is None else f"{r.throughput:,.0f}"
+        runs = (f"{len(r.throughputs)} [{min(r.throughputs):,.0f}-{max(r.throughputs):,.0f}]" if r.throughputs
+                else "—")
+        speedup = "—" if r.speedup is None else f"{r.speedup:.2f}x"
+        if r.role == "trial" and r.speedup_low is not None and r.speedup_high is not None:
+            speedup += f" [{r.speedup_low:.2f}-{r.speedup_high:.2f}]"
+        loss = "—" if r.eval_metric is None else f"{r.eval_metric:.4f}"
+        share = limit.share(r.throughput, r.batch_size or 256)
+        verdict = r.status + (f" ({r.role})" if r.role != "trial" else "") + (f": {r.error[:60]}" if r.error else "")
+        line = (f"{r.stage or '':<14}{r.name[:49]:<50}{rate:>11}{runs:>24}{speedup:>24}{loss:>10}"
+                f"{'—' if share is None else f'{share:.1%}':>8}")
+        if price:
+            dollars = r.samples_per_dollar(price)
+            line += f"{'—' if dollars is None else f'{dollars:,.0f}':>14}"
+        if joules:
+            energy = getattr(r, "joules_per_unit", None)
+            line += f"{'—' if energy is None else f'{energy:.3g}':>10}"
+        print(f"{line}  {verdict}", flush=True)
+
+
+def harness(runner: SubprocessRunner, rounds: int) -> None:
+    """The hand-written loop as a user runs it (this process) against the worker's run of the same loop, in
+    rounds: what the worker's loop (DataLoader, the per-step loss read back, the timer) costs per step."""
+    if rounds < 1:
+        return
+    from gpufly.tune.workloads.recsys_reference import train
+
+    ratios, bare = [], []
+    for number in range(rounds):  # B/A every other round, so neither always runs second
+        if number % 2:
+            bare.append(train(runner.steps))
+        worker_run = runner(Trial("reference", {"reference": True}))
+        if not number % 2:
+            bare.append(train(runner.steps))
+        if worker_run.throughput:
+            ratios.append(bare[-1] / worker_run.throughput)
+    interval = ratio_interval(ratios, None)
+    if interval is None:
+        print("harness: the worker's runs of the reference failed")
+        return
+    print(f"the hand-written loop in this process: {statistics.median(bare):,.0f} samples/s, {interval.estimate:.2f}x "
+          f"the worker's run of it (95% interval {interval.low:.2f}-{interval.high:.2f}x over {len(ratios)} rounds)")
 
 
 def searched(name: str, steps: int = 24, device: str = "cpu") -> None:

@@ -178,15 +178,18 @@ def test_tune_recsys_runs_the_case_study_stages(cli, tmp_path: Path) -> None:  #
     document = json.loads(run.stdout)
     assert document["mode"] == "stages" and document["price_per_hour"] == 2.0
     rows = [r for r in document["trials"] if r["role"] != "seed"]
-    assert [r["stage"] for r in rows] == ["baseline", "data", "compute", "compute", "compute", "data",
-                                          "communication"]
+    assert [r["stage"] for r in rows] == ["baseline", "data", "compute", "compute", "compute", "compute", "compute",
+                                          "data", "communication", "reference"]
     assert rows[0]["speedup"] == 1.0 and rows[0]["held_out_loss"] is not None
     assert rows[2]["knobs"] == {"batched": True, "sparse": True}, "cumulative"
-    assert rows[-1]["knobs"]["ddp"] == 2
-    assert rows[-1]["status"] == "ok" and rows[-1]["world_size"] == 2, rows[-1]
-    assert rows[4]["knobs"]["batch_size"] == 2048
-    if rows[4]["status"] == "unsafe":  # judged only where two seeds of the baseline agree (not at 40 steps here)
-        assert all("batch_size" not in r["knobs"] for r in rows[5:]), "an unsafe stage is not carried forward"
+    assert rows[-1]["knobs"] == {"reference": True}, "the hand-written loop, its own knobs only"
+    assert rows[-2]["knobs"]["ddp"] == 2
+    assert rows[-2]["status"] == "ok" and rows[-2]["world_size"] == 2, rows[-2]
+    assert rows[6]["knobs"]["batch_size"] == 2048
+    if rows[6]["status"] == "unsafe":  # judged only where two seeds of the baseline agree
+        assert all(r["knobs"].get("batch_size") != 2048 for r in rows[7:]), "an unsafe stage is not carried forward"
+    assert all(0 < r["limit_share"] < 1 for r in rows if r["throughput"] is not None), "a share of the limit"
+    assert isinstance(document["reference"], list)
     if not document["accuracy"]["loss_judged"] and not document["accuracy"]["metric_judged"]:
         assert document["decision"]["verdict"] == "undecided" and document["best"] is None
     for r in rows:

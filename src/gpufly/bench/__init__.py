@@ -11,6 +11,7 @@ from __future__ import annotations
 from gpufly.bench.benchmark import Benchmark, Kernel, Unsupported
 from gpufly.bench.compare import Comparison, compare_runs
 from gpufly.bench.conditions import HostWatch
+from gpufly.bench.kernels import copy_bandwidth
 from gpufly.bench.noise import MAX_ATTEMPTS, NOISE_LIMIT, Measured, measure_until_stable
 from gpufly.bench.peaks import percent_of_peak
 from gpufly.bench.results import SCHEMA_VERSION, BenchError, BenchResult, BenchRun, DeviceFacts, load_run
@@ -36,6 +37,7 @@ __all__ = [
     "Timing",
     "Unsupported",
     "compare_runs",
+    "copy_bandwidth",
     "load_run",
     "measure",
     "measure_until_stable",

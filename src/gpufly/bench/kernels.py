@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpufly.bench.benchmark import Kernel
+from gpufly.bench.timing import measure
 from gpufly.bench.work import DTYPE_BYTES, attention_flops, copy_bytes, gemm_bytes, gemm_flops, transfer_bytes
 
 FLOAT_DTYPES = {"fp64": "float64", "fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -131,3 +132,14 @@ def tiny_op(torch: Any, device: Any) -> Kernel:
 
 def _size(nbytes: int) -> str:
     return f"{nbytes / 2**30:g} GiB" if nbytes >= 2**30 else f"{nbytes / MIB:g} MiB"
+
+
+def copy_bandwidth(torch: Any, device: str = "cpu", nbytes: int = 256 * 2**20, repeats: int = 10) -> float:
+    """The memory bandwidth a workload on ``device`` runs against, in B/s: the median of ``repeats`` copies of
+    ``nbytes`` (read plus write) with the memory.copy kernel, in host memory with torch's threads or in the GPU's
+    memory (synchronized before each clock reading). The recsys case study divides its bytes per sample by it."""
+    where = torch.device(device)
+    kernel = copy(torch, where, nbytes)
+    sync = (lambda: torch.cuda.synchronize(where)) if where.type == "cuda" else None
+    timing = measure(kernel.fn, warmup=2, repeats=repeats, sync=sync)
+    return float(kernel.work / timing.median_s)

@@ -103,7 +103,7 @@ def tune(
         if stages_run:
             from gpufly.tune.stages import WORKLOAD, stages
 
-            workload, plan, budget_s = WORKLOAD, stages(ddp or 2), None
+            workload, plan, budget_s = WORKLOAD, stages(ddp or 2, cuda), None
             identity = _identity(torch, cuda, workload, task, steps, mode="stages", ddp=ddp or 2)
         else:
             plan, budget_s = _search_plan(workload, cuda, ddp, task, steps, timeout), budget_minutes * 60
@@ -114,6 +114,9 @@ def tune(
         best = _run_with_progress(run, "stages" if stages_run else "trials", quiet=as_json)
     decision = run.decision()
     rows = [r.to_dict(price_per_hour, price_per_kwh) for r in run.results]
+    comparisons: list[Any] = []
+    if stages_run:
+        rows, comparisons = _case_study_rows(rows, plan, torch, cuda)
     best_row = None if best is None else {"configuration": best.name, "knobs": best.knobs, "speedup": best.speedup,
                                           "speedup_interval": _interval(best), "rounds": best.rounds,
                                           "code": code_for(best.knobs)}
@@ -125,7 +128,7 @@ def tune(
         write_html(html, workload, rows, best_row, str(results), f"No winner ({decision.verdict}): {decision.reason}",
                    {"device": identity["device"], "steps": steps, **evidence, "energy": energy})
     if as_json:
-        mode = {"mode": "stages"} if stages_run else {}
+        mode = {"mode": "stages", "reference": [c.to_dict() for c in comparisons]} if stages_run else {}
         print_json({"workload": workload, **mode, "results_file": str(results), "device": identity["device"],
                     "steps": steps, "decision": decision.to_dict(), **evidence, "energy": energy, "trials": rows,
                     "best": best_row, "price_per_hour": price_per_hour, "price": price_note,
@@ -133,6 +136,8 @@ def tune(
     else:
         if stages_run:
             _render_stages(rows, price_note)
+            for comparison in comparisons:
+                console().print(comparison.text(), markup=False)
         else:
             _render(rows)
             if price_note:
@@ -248,18 +253,33 @@ def _price(torch: Any, cuda: bool, given: float | None) -> tuple[float | None, s
     return None, None
 
 
+def _case_study_rows(rows: list[dict[str, Any]], plan: Any, torch: Any,
+                     cuda: bool) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The stages' rows with each one's share of this machine's memory-bandwidth limit (its copy bandwidth,
+    measured now, over the bytes a sample moves), and the safe stages' A/B comparisons with the hand-written loop."""
+    from gpufly.bench import copy_bandwidth
+    from gpufly.tune.stages import Limit, with_limit
+
+    limit = Limit(copy_bandwidth(torch, "cuda" if cuda else "cpu"))
+    return with_limit(rows, limit), list(getattr(plan, "comparisons", []))
+
+
 def _render_stages(rows: list[dict[str, Any]], price_note: str | None) -> None:
     from rich.table import Table
 
     table = Table(title="gpufly tune recsys: the case study, stage by stage (cumulative; unsafe stages not kept)")
-    columns = ["stage", "configuration", "samples/s", "median step/s", "speedup [95%]", "held-out loss", "verdict"]
+    priced = _priced_columns(rows)
+    columns = ["stage", "configuration", "samples/s", "median step/s", "speedup [95%]", "held-out loss",
+               "limit", *priced, "verdict"]
     if price_note:
         columns.append("samples/$")
     for column in columns:
         table.add_column(column, justify="left" if column in ("stage", "configuration", "verdict") else "right")
     for r in rows:
         cells = [r["stage"], r["configuration"], _rate(r["throughput"]), _rate(r["median_step_throughput"]),
-                 _speedup(r), "—" if r["held_out_loss"] is None else f"{r['held_out_loss']:.4f}", _verdict(r)]
+                 _speedup(r), "—" if r["held_out_loss"] is None else f"{r['held_out_loss']:.4f}",
+                 "—" if r.get("limit_share") is None else f"{r['limit_share']:.1%}",
+                 *(_money_or_energy(r, key) for key in priced.values()), _verdict(r)]
         if price_note:
             cells.append("—" if r["samples_per_dollar"] is None else f"{r['samples_per_dollar']:,.0f}")
         table.add_row(*cells)
@@ -268,6 +288,10 @@ def _render_stages(rows: list[dict[str, Any]], price_note: str | None) -> None:
     out.print(f"price: {price_note}" if price_note else
               "samples per dollar: give --price-per-hour (on a GPU the catalog prices, its price is taken)",
               markup=False)
+    shared = next((r for r in rows if r.get("bytes_per_sample")), None)
+    if shared is not None:
+        out.print("limit: the share of this machine's memory-bandwidth limit (copy bandwidth measured now, over "
+                  f"about {shared['bytes_per_sample'] / 1e3:.0f} KB a sample moves)", markup=False)
 
 
 def _rate(value: float | None) -> str:

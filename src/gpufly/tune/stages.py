@@ -4,8 +4,18 @@
 ``Search`` (``StagePlan``). Each stage is a real trial of the built-in ``recsys`` workload through the same
 worker as any tuner trial (its own process, a timeout, the median per-step throughput, the same training
 samples), so the table measures the pipeline a user would run, not a special benchmark loop. The stages are
-cumulative: each adds its knobs to the last stage that stayed safe, so a change that costs accuracy (the
-bigger batch, here) is shown, rejected and not carried into the stages after it.
+cumulative: each adds its knobs to the last stage that stayed safe, so a change that costs accuracy (a bigger
+batch whose learning rate is off) is shown, rejected and not carried into the stages after it.
+
+The yardstick is a reference row: the loop a competent PyTorch engineer writes by hand
+(``gpufly.tune.workloads.recsys_reference``), run by the same worker, never carried into a stage and never a
+candidate for the best stage. After the stages it runs in rounds beside the fastest safe stage and the fastest
+safe stage at its own batch, and ``CaseStudy.comparisons`` hold each one's throughput over the reference's, with
+the 95% interval of the rounds' ratios.
+
+How close a stage comes to the machine is its share of the memory-bandwidth limit: the bytes a sample must move
+(``Traffic``: its embedding rows read and updated, its inputs, its share of the MLP's update) against the
+machine's measured copy bandwidth (gpufly bench's memory.copy; ``benchmarks/tune_speedups.py`` measures it).
 
 Cost-performance is samples per dollar: the throughput over an hour divided by the machine's price
 per hour, given, or on a GPU the catalog prices, its launch price spread over three years of hours.
@@ -15,22 +25,218 @@ Torch-free at import: the trials import torch in their own processes.
 
 from __future__ import annotations
 
-from gpufly.tune.search import Stage, StagePlan
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufly.tune.noise import Interval, ratio_interval
+from gpufly.tune.search import CONFIRM_ROUNDS, Search, Stage, StagePlan
+from gpufly.tune.trial import Trial, TrialResult
+from gpufly.tune.verdict import judge
 
 WORKLOAD = "recsys"
+REFERENCE = Stage("reference: hand-written loop (EmbeddingBag sparse + SparseAdam, Adam, batch 256)", "reference",
+                  {"reference": True})
+"""The yardstick's row: its own knobs only, whatever the stages carried."""
 
 
-def stages(processes: int = 2) -> StagePlan:
-    """The case study's stages, in order; the last runs DDP over ``processes`` processes."""
-    return StagePlan((
+def stages(processes: int = 2, cuda: bool = False) -> CaseStudy:
+    """The case study's stages, in order, and the reference row; the last stage runs DDP over ``processes``
+    processes. ``cuda`` adds the stages that only pay on a GPU (pinned, prefetched batches; compiled MLPs: on a
+    CPU, compiling takes longer than the whole trial)."""
+    gpu = [Stage("+ pinned memory, 4 batches prefetched", "data", {"pin_memory": True, "prefetch_factor": 4}),
+           Stage("+ torch.compile of the MLPs", "compute", {"compile_dense": True})] if cuda else []
+    return CaseStudy(StagePlan((
         Stage("naive: per-sample dataset, dense Adam, batch 256", "baseline", {}),
         Stage("+ batched (vectorized) collation", "data", {"batched": True}),
         Stage("+ sparse embedding gradients, SparseAdam", "compute", {"sparse": True}),
-        Stage("+ fused embedding bag (one table)", "compute", {"fused": True}),
-        Stage("+ batch 2048 (lr x4)", "compute", {"batch_size": 2048, "lr": 4e-3}),
+        Stage("+ fused embedding bag, ids laid out once", "compute", {"fused": True}),
+        Stage("+ fused Adam for the MLPs", "compute", {"optimizer_impl": "fused"}),
+        Stage("+ batch 1024 (lr x4)", "compute", {"batch_size": 1024, "lr": 4e-3}),
+        Stage("+ batch 2048 (lr x8)", "compute", {"batch_size": 2048, "lr": 8e-3}),
         Stage("+ 1 loader worker, persistent", "data", {"num_workers": 1}),
+        *gpu,
         Stage(f"+ DDP over {processes} processes", "communication", {"ddp": processes}),
-    ))
+    )))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A safe stage against the hand-written loop, run beside each other in A/B rounds."""
+
+    stage: str
+    ratio: Interval
+    """The stage's throughput over the reference's: the geometric mean of the rounds' ratios, 95% interval."""
+    rounds: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "ratio": self.ratio.estimate, "interval": [self.ratio.low, self.ratio.high],
+                "rounds": self.rounds}
+
+    def text(self) -> str:
+        """One line: the verdict first (matches, slower or faster), then the figures it rests on."""
+        r = self.ratio
+        verdict = "matches" if r.contains(1.0) else "is faster than" if r.low > 1.0 else "is slower than"
+        return (f"{self.stage} {verdict} the hand-written loop: {r.estimate:.2f}x its throughput "
+                f"(95% interval {r.low:.2f}-{r.high:.2f}x over {self.rounds} A/B rounds)")
+
+
+REFERENCE_BATCH = 256
+"""The hand-written loop's batch: the stage that runs it too is the like-for-like comparison."""
+
+
+@dataclass
+class CaseStudy:
+    """The stages (a ``StagePlan``), then the reference row in ``rounds`` rounds beside the fastest safe stage and
+    the fastest safe stage at the reference's own batch (the like-for-like one, when it is another), the order
+    rotated every round so that none always runs first. The reference row is measured through the search's runner,
+    never through ``Search.measure``: it carries ``rounds`` 0, so the search's confirmation and its decision never
+    take the yardstick for a stage. ``comparisons`` are set when the rounds ran (not on a resume that finds the
+    reference's row done)."""
+
+    plan: StagePlan
+    reference: Stage = REFERENCE
+    rounds: int = CONFIRM_ROUNDS + 1
+    comparisons: list[Comparison] = field(default_factory=list, init=False)
+
+    @property
+    def stages(self) -> tuple[Stage, ...]:
+        return tuple(self.plan.stages)
+
+    def expected_trials(self) -> int:
+        return self.plan.expected_trials() + 1
+
+    def run(self, search: Search) -> None:
+        self.plan.run(search)
+        search.settle()  # every stage's speedup final before the fastest is picked
+        baseline = search.baseline
+        if baseline is None or not baseline.usable:
+            return
+        trial = Trial(self.reference.label, dict(self.reference.adds))
+        done = search.log.done().get(trial.key)
+        if done is not None:
+            self._record(search, done)
+            return
+        fastest = fastest_safe(search.results)
+        like = fastest_safe(search.results, REFERENCE_BATCH)
+        candidates = [c for c in (fastest, like) if c is not None]
+        self._rounds(search, trial, list({c.name: c for c in candidates}.values()), baseline)
+
+    def _rounds(self, search: Search, trial: Trial, candidates: list[TrialResult], baseline: TrialResult) -> None:
+        """The reference and the candidates, ``rounds`` times; the reference's row keeps its first run's accuracy."""
+        lineup = [trial, *(Trial(c.name, c.knobs) for c in candidates)]
+        first: TrialResult | None = None
+        references: list[float] = []
+        ratios: dict[str, list[float]] = {c.name: [] for c in candidates}
+        for number in range(self.rounds):
+            shift = number % len(lineup)
+            measured = {t.name: search.runner(t) for t in lineup[shift:] + lineup[:shift]}
+            ref = measured[trial.name]
+            first = first or ref
+            if not ref.usable or not ref.throughput:
+                break
+            references.append(ref.throughput)
+            for name, run in measured.items():
+                if name != trial.name and run.usable and run.throughput:
+                    ratios[name].append(run.throughput / ref.throughput)
+        assert first is not None  # rounds >= 1
+        self._finish(search, judge(first, baseline, search.tolerance, search.metric_tolerance), references)
+        for name, values in ratios.items():
+            interval = ratio_interval(values, None)
+            if interval is not None:
+                self.comparisons.append(Comparison(name, interval, len(values)))
+
+    def _finish(self, search: Search, result: TrialResult, throughputs: list[float]) -> None:
+        """The reference's row: the median of its runs, its speedup over the baseline's median, no rounds."""
+        baseline = search.baseline
+        result.rounds, result.throughputs = 0, throughputs
+        if throughputs:
+            result.throughput = statistics.median(throughputs)
+            if baseline is not None and baseline.throughput:
+                result.speedup = result.throughput / baseline.throughput
+        search.log.append(result)
+        self._record(search, result)
+
+    @staticmethod
+    def _record(search: Search, result: TrialResult) -> None:
+        result.stage = REFERENCE.stage
+        search.results.append(result)
+        if search.on_result is not None:
+            search.on_result(result)
+
+
+def fastest_safe(results: list[TrialResult], batch_size: int | None = None) -> TrialResult | None:
+    """The stage with the highest speedup so far among the safe ones (the baseline, its seed and the reference
+    excluded), at ``batch_size`` when one is given."""
+    safe = [r for r in results if r.role == "trial" and r.usable and r.speedup is not None
+            and r.stage not in (None, REFERENCE.stage) and batch_size in (None, r.batch_size)]
+    return max(safe, key=lambda r: r.speedup or 0.0, default=None)
+
+
+FP32_BYTES = 4
+ID_BYTES = 8
+"""int64 ids and offsets, as the batches hold them."""
+ROW_PASSES = 7
+"""How often each embedding row a sample uses crosses memory: the forward pass reads it; the row-wise Adam
+reads and writes the weight and its two moments (3 + 3). The sparse gradient is left out: a kernel that fuses the
+backward pass with the update (FBGEMM's) never writes it, so the limit is one this PyTorch code cannot reach."""
+DENSE_PASSES = 7
+"""Adam over the MLP's parameters once a step: read weight, gradient and two moments, write three."""
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """The bytes one training sample must move through memory, from the workload's shape (the defaults are
+    ``RecsysShape``'s, a test ties them and the parameter count to the model)."""
+
+    features: int = 8
+    ids_per_feature: float = 2.5
+    """The mean bag: 1 to 4 ids, uniform."""
+    dim: int = 32
+    dense: int = 13
+    mlp_parameters: int = 7_457
+
+    def bytes_per_sample(self, batch_size: int) -> float:
+        """Embedding rows read and updated, the sample's inputs, and its share of the MLP's update.
+
+        >>> round(Traffic().bytes_per_sample(256)), round(Traffic().bytes_per_sample(2048))
+        (19016, 18302)
+        """
+        ids = self.features * self.ids_per_feature
+        rows = ids * self.dim * FP32_BYTES * ROW_PASSES
+        inputs = (self.dense + 1) * FP32_BYTES + (ids + self.features) * ID_BYTES
+        return rows + inputs + self.mlp_parameters * FP32_BYTES * DENSE_PASSES / batch_size
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The memory-bandwidth limit: the throughput at which a stage's bytes would fill the measured bandwidth."""
+
+    bandwidth_bytes_per_s: float
+    traffic: Traffic = Traffic()
+
+    def samples_per_s(self, batch_size: int) -> float:
+        return self.bandwidth_bytes_per_s / self.traffic.bytes_per_sample(batch_size)
+
+    def share(self, throughput: float | None, batch_size: int | None) -> float | None:
+        """The throughput as a share of the limit at its batch size (the MLP's update is shared by the batch).
+
+        >>> round(Limit(1e9).share(10_000, 256), 3)
+        0.19
+        """
+        if throughput is None or not batch_size:
+            return None
+        return throughput / self.samples_per_s(batch_size)
+
+
+def with_limit(rows: list[dict[str, Any]], limit: Limit | None) -> list[dict[str, Any]]:
+    """The case study's rows with ``bytes_per_sample`` and ``limit_share`` added (None without a bandwidth)."""
+    out = []
+    for row in rows:
+        batch = row.get("batch_size") or 256
+        out.append({**row, "bytes_per_sample": None if limit is None else limit.traffic.bytes_per_sample(batch),
+                    "limit_share": None if limit is None else limit.share(row.get("throughput"), batch)})
+    return out
 
 
 OWNED_HOURS = 3 * 365 * 24
