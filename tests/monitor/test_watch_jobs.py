@@ -64,10 +64,10 @@ def test_the_summary_gives_energy_and_cost_per_job_ended_jobs_included(tmp_path:
     run.sample(0, [101, 203], burn_j=3.6e6)  # one kWh, split evenly: NVML gives no SM share here
     run.sample(0, [203], burn_j=1.8e6)  # the Slurm job ended; the pod has the GPU to itself
     run.sample(0, [], burn_j=100.0)  # an idle GPU's energy is nobody's
-    totals = {total.key: total for total in run.ledger.totals()}
+    totals = {total.job.key: total for total in run.ledger.totals()}
     assert totals[SLURM].energy_j == pytest.approx(1.8e6) and totals[SLURM].cost == pytest.approx(0.15)
     assert totals[POD].energy_j == pytest.approx(3.6e6) and totals[POD].currency == "EUR"
-    assert (totals[SLURM].samples, totals[SLURM].gpus, totals[SLURM].name) == (2, [0], "llama-sft")
+    assert (totals[SLURM].samples, totals[SLURM].gpus, totals[SLURM].job.name) == (2, [0], "llama-sft")
     assert (totals[SLURM].first_seen, totals[SLURM].last_seen) == (run.now - 3, run.now - 2)
     summary = run_summary(run.sampler.history.latest, run.sampler.history.energy_since_start_j, run.ledger,
                           run.ledger.price)

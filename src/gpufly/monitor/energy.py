@@ -19,12 +19,12 @@ import re
 import threading
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gpufly.errors import GpuflyError
 from gpufly.hw import GpuSample
-from gpufly.monitor.sample import Snapshot
+from gpufly.monitor.sample import JobSample, Snapshot
 
 JOULES_PER_KWH = 3.6e6
 
@@ -142,15 +142,10 @@ class EnergyPrice:
 
 @dataclass
 class JobTotal:
-    """One job over a whole run: its names, the GPUs its processes used, its energy, and its cost when priced."""
+    """One job over a whole run: the job as first seen (its names), the GPUs its processes used, its energy, and its
+    cost when priced."""
 
-    scheduler: str
-    key: str
-    user: str = ""
-    name: str = ""
-    partition: str = ""
-    namespace: str = ""
-    container: str = ""
+    job: JobSample
     gpus: list[int] = field(default_factory=list)
     samples: int = 0
     """Snapshots it had a GPU process in."""
@@ -162,15 +157,19 @@ class JobTotal:
     currency: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The job's names and the run's totals in one flat record (the processes of one snapshot left out)."""
+        names = {key: value for key, value in asdict(self.job).items() if key != "pids"}
+        totals = {key: value for key, value in asdict(self).items() if key != "job"}
+        return {**names, **totals}
 
     def text(self) -> str:
         """``slurm job 4242 (alice, train, gpu): GPUs 0,1, 0.0123 kWh, 0.0015 USD over 12 samples``."""
-        names = ", ".join(part for part in (self.user, self.namespace, self.name, self.partition) if part)
-        what = "slurm job" if self.scheduler == "slurm" else "pod"
+        job = self.job
+        names = ", ".join(part for part in (job.user, job.namespace, job.name, job.partition) if part)
+        what = "slurm job" if job.scheduler == "slurm" else "pod"
         price = f", {self.cost:.4f} {self.currency}" if self.cost is not None else ""
         gpus = ",".join(str(index) for index in self.gpus) or "none"
-        return (f"{what} {self.key}" + (f" ({names})" if names else "")
+        return (f"{what} {job.key}" + (f" ({names})" if names else "")
                 + f": GPUs {gpus}, {self.energy_j / JOULES_PER_KWH:.4f} kWh ({self.energy_j:.0f} J){price}"
                 + f" over {self.samples} samples")
 
@@ -195,9 +194,7 @@ class JobLedger:
         for job in snapshot.jobs:
             total = self._jobs.get(job.key)
             if total is None:
-                total = self._jobs[job.key] = JobTotal(
-                    scheduler=job.scheduler, key=job.key, user=job.user, name=job.name, partition=job.partition,
-                    namespace=job.namespace, container=job.container, first_seen=snapshot.time)
+                total = self._jobs[job.key] = JobTotal(replace(job, pids=[]), first_seen=snapshot.time)
             pids = set(job.pids)
             gpus = {gpu.index for gpu in snapshot.gpus for process in gpu.processes if process.pid in pids}
             total.gpus = sorted(set(total.gpus) | gpus)
@@ -207,7 +204,7 @@ class JobLedger:
 
     def totals(self) -> list[JobTotal]:
         """Every job seen, in the order first seen, priced when a price was given."""
-        jobs = [JobTotal(**asdict(total)) for total in self._jobs.values()]
+        jobs = [replace(total, gpus=list(total.gpus)) for total in self._jobs.values()]
         if self.price is not None:
             for total in jobs:
                 total.cost, total.currency = self.price.cost(total.energy_j), self.price.currency
