@@ -505,3 +505,34 @@ def test_recommend_across_nodes_counts_every_gpu(cli) -> None:
     data = json.loads(cli("recommend", LLAMA, "--task", "full", "--nodes", "2", "--top", "3", "--json").stdout)
     pick = data["picks"][0]
     assert pick["nodes"] == 2 and data["job"]["nodes"] == 2
+
+
+def test_fit_with_sglang_prints_a_range_labelled_outside_the_calibrated_region(cli) -> None:
+    result = cli("fit", LLAMA, "--gpu", "H100", "--engine", "sglang", "--json")
+    assert result.code == 0, result.stderr
+    verdict = json.loads(result.stdout)["results"][0]
+    assert verdict["speed"]["decode_tok_s"] > 0
+    assert "no fit rows for sglang" in json.dumps(verdict)
+    text = cli("fit", LLAMA, "--gpu", "H100", "--engine", "sglang")
+    assert text.code == 0, text.stderr
+    assert "80% range" in text.stdout and "no fit rows for sglang" in text.stdout
+    assert "SGLang holds its weights and KV cache pool in 88%" in text.stdout + text.stderr
+
+
+@pytest.mark.parametrize(("engine", "quant", "able"), [("exllamav2", "q4_k_m", "llama.cpp, ollama"),
+                                                       ("sglang", "exl2", "exllamav2")])
+def test_fit_refuses_a_format_the_engine_cannot_run(cli, engine, quant, able) -> None:
+    result = cli("fit", LLAMA, "--gpu", "4090", "--engine", engine, "--quant", quant)
+    assert result.code == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "does not run" in errors[0]
+    assert "hint: engines that run" in result.stderr and able in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_fit_with_ollama_takes_ollamas_defaults(cli) -> None:
+    data = json.loads(cli("fit", LLAMA, "--gpu", "4090", "--engine", "ollama", "--json").stdout)
+    job = data["results"][0]["job"] if "job" in data["results"][0] else data["job"]
+    assert job["quant"] == "q4_k_m" and job["context"] == 32768 and job["flash_attention"] is False
+    small = json.loads(cli("fit", LLAMA, "--gpu", "rtx 3060", "--engine", "ollama", "--json").stdout)
+    assert (small["results"][0].get("job") or small["job"])["context"] == 4096

@@ -13,7 +13,8 @@ from rich.table import Table
 
 from gpufly.cli.render import LANG_HELP, MISSING, choose_language, console, print_json, print_note
 from gpufly.errors import GpuflyError
-from gpufly.estimate.engines import GIB
+from gpufly.estimate.engines import GIB, ollama_context
+from gpufly.estimate.engines import engine as resolve_engine
 from gpufly.estimate.job import DEFAULT_LORA_TARGETS, Job
 from gpufly.i18n import gettext as _
 from gpufly.i18n import ngettext
@@ -38,8 +39,10 @@ Ctx = Annotated[int | None, typer.Option(
 Batch = Annotated[int, typer.Option("--batch", help="Sequences at once (training: micro-batch per GPU).")]
 Kv = Annotated[str, typer.Option("--kv", help="KV-cache format: fp16, fp8, q8_0, q4_0.")]
 EngineOpt = Annotated[str | None, typer.Option(
-    "--engine", help="transformers, vllm or llama.cpp. Default: llama.cpp for GGUF files and formats, else "
-    "transformers.", show_default=False)]
+    "--engine", help="transformers, vllm, llama.cpp, sglang (mem-fraction-static 0.88), tensorrt-llm (KV cache 0.9 "
+    "of free memory), exllamav2 (EXL2/GPTQ, KV for the whole --ctx), mlc-llm (q4f16_1, 0.85 of memory) or ollama "
+    "(llama.cpp with Ollama's defaults: Q4_K_M, context by GPU memory, no flash attention). Default: llama.cpp for "
+    "GGUF files and formats, else transformers.", show_default=False)]
 Optimizer = Annotated[str, typer.Option("--optimizer", help="adamw, adamw8bit, sgd, sgd-momentum, adafactor.")]
 Zero = Annotated[int, typer.Option("--zero", help="ZeRO/FSDP stage 0-3 across the GPUs.")]
 Checkpointing = Annotated[bool | None, typer.Option(
@@ -86,11 +89,15 @@ def _load(model: str, exact: bool = False) -> ModelSpec:
     return load_model(model, exact=exact)
 
 
-def _context(spec: ModelSpec, ctx: int | None) -> int:
-    """--ctx as given, or 4096 capped at the model's maximum (a BERT takes 512)."""
+def _context(spec: ModelSpec, ctx: int | None, engine: str | None = None, vram_gib: float | None = None) -> int:
+    """--ctx as given, or 4096 capped at the model's maximum (a BERT takes 512); with --engine ollama, Ollama's
+    default context for the GPU's memory (the smallest, 4096, where no GPU is named), capped the same way."""
     if ctx is not None:
         return ctx
-    return min(DEFAULT_CONTEXT, spec.max_context or DEFAULT_CONTEXT)
+    default = DEFAULT_CONTEXT
+    if engine is not None and resolve_engine(engine).name == "ollama":
+        default = ollama_context(vram_gib) if vram_gib is not None else ollama_context(0)
+    return min(default, spec.max_context or default)
 
 
 def _describe(spec: ModelSpec, job: Job) -> str:
@@ -422,7 +429,9 @@ def fit(
         if target.assumed:
             print_note(target.assumed)
     spec = _load(model, exact)
-    base = Job.from_options(spec, task=task, quant=quant, context=_context(spec, ctx), batch=batch, kv_format=kv,
+    vram = targets[0].spec.vram_gib if targets else None
+    base = Job.from_options(spec, task=task, quant=quant, context=_context(spec, ctx, engine, vram), batch=batch,
+                            kv_format=kv,
                             engine=engine, optimizer=optimizer, zero=zero, checkpointing=checkpointing,
                             lora_rank=lora_rank, fp32=fp32, lora_targets=lora_targets, fsdp=fsdp,
                             gpu_memory_utilization=gpu_memory_utilization,
@@ -570,7 +579,8 @@ def recommend(
     if budget is not None and not math.isfinite(budget):
         raise GpuflyError(f"--budget must be a number of dollars, got {budget}", hint="e.g. --budget 5000")
     spec = _load(model)
-    job = Job.from_options(spec, task=task, quant=quant, context=_context(spec, ctx), batch=batch, kv_format=kv,
+    job = Job.from_options(spec, task=task, quant=quant, context=_context(spec, ctx, engine), batch=batch,
+                           kv_format=kv,
                            engine=engine, optimizer=optimizer, checkpointing=checkpointing, lora_rank=lora_rank,
                            fp32=fp32, lora_targets=lora_targets, gpu_memory_utilization=gpu_memory_utilization,
                            nodes=nodes, internode=internode, nics=nics, note=print_note)

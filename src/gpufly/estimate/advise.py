@@ -15,6 +15,7 @@ from gpufly.estimate.engines import (
     GIB,
     LLAMA_CPP_KV_LADDER,
     SPEED_MEDIAN_ERROR,
+    UNCALIBRATED_SPEED_ERROR,
     VRAM_MEDIAN_ERROR,
     Engine,
     engine,
@@ -74,9 +75,21 @@ class Fit:
 
     @property
     def capacity_bytes(self) -> int:
-        """Memory the job may use on each GPU (vLLM: its gpu_memory_utilization share)."""
-        share = self.job.gpu_memory_utilization if self.job.engine == "vllm" and not self.job.training else 1.0
-        return int(self.gpu.vram_gib * GIB * share)
+        """Memory the job may use on each GPU: vLLM its gpu_memory_utilization share, SGLang and MLC LLM their
+        documented shares; TensorRT-LLM gives its KV cache kv_free_fraction of what the rest leaves, so the KV
+        cache must fit in that share of the free memory."""
+        vram = self.gpu.vram_gib * GIB
+        if self.job.training:
+            return int(vram)
+        runtime = engine(self.job.engine)
+        share = self.job.gpu_memory_utilization if runtime.name == "vllm" else runtime.memory_share
+        if runtime.kv_free_fraction:
+            rest = self.memory.total_bytes - self.memory.get("kv_cache")
+            return int(vram - (1 - runtime.kv_free_fraction) * max(0.0, vram - rest))
+        if runtime.share_holds_weights_and_kv:  # weights + KV within the share, the rest of the job in the rest
+            outside = self.memory.total_bytes - self.memory.get("weights") - self.memory.get("kv_cache")
+            return int(min(vram, vram * share + outside))
+        return int(vram * share)
 
     @property
     def free_bytes(self) -> int:
@@ -193,16 +206,18 @@ def _inference_changes(model: ModelSpec, job: Job, gpu: GpuSpec) -> Iterable[tup
     """Smaller weights and, for LLMs, a smaller KV cache, in formats the job's engine runs: GGUF types
     for llama.cpp, fp8/int8/int4 elsewhere (int4 and the move to llama.cpp for transformer models only)."""
     runtime = engine(job.engine)
-    if runtime.name == "llama.cpp":
+    if runtime.family == "llama.cpp":
         yield from _gguf_changes(model, job)
     else:
         order = ["fp8", "int8", "int4"] if gpu.fp8_tensor_tflops else ["int8", "int4"]
         for quant in order:
+            if not runtime.runs(weight_format(quant)):
+                continue
             if quant != job.quant and (quant != "int4" or model.is_transformer):
                 yield f"--quant {quant}", job.with_(quant=quant)
     if not _is_llm(model):
         return
-    if runtime.name != "llama.cpp":
+    if runtime.family != "llama.cpp":
         yield "--engine llama.cpp --quant q4_k_m", job.with_(engine="llama.cpp", quant="q4_k_m")
     yield from _kv_changes(runtime, job)
 
@@ -220,7 +235,7 @@ def _gguf_changes(model: ModelSpec, job: Job) -> Iterable[tuple[str, Job]]:
 def _kv_changes(runtime: Engine, job: Job) -> Iterable[tuple[str, Job]]:
     """Smaller KV-cache formats the engine has: q8_0/q4_0 in llama.cpp, fp8 in vLLM, none in transformers."""
     current = kv_bytes(kv_key(job.kv_format))
-    ladder = LLAMA_CPP_KV_LADDER if runtime.name == "llama.cpp" else ("fp8",)
+    ladder = LLAMA_CPP_KV_LADDER if runtime.family == "llama.cpp" else ("fp8",)
     for kv in ladder:
         if kv in runtime.kv_formats and kv_bytes(kv) < current:
             yield f"--kv {kv}", job.with_(kv_format=kv)
@@ -333,7 +348,10 @@ def _tie_key(pick: Pick) -> tuple[bool, float, bool, float, float, str]:
 
 def speed_error(job: Job) -> float:
     """The relative error of a speed prediction for ``job``: the calibrated median for its engine."""
-    return SPEED_MEDIAN_ERROR["training" if job.training else engine(job.engine).name]
+    if job.training:
+        return SPEED_MEDIAN_ERROR["training"]
+    runtime = engine(job.engine)
+    return SPEED_MEDIAN_ERROR.get(runtime.family, UNCALIBRATED_SPEED_ERROR)
 
 
 @dataclass(frozen=True)

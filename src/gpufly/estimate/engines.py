@@ -7,9 +7,10 @@ from the engines' own documentation and issue threads, as cited.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpufly.errors import unknown_choice
+from gpufly.estimate.formats import WeightFormat
 
 MIB = 2**20
 GIB = 2**30
@@ -94,10 +95,46 @@ class Engine:
     """The --kv formats the engine can hold its KV cache in (formats.kv_key's spelling)."""
     label: str = ""
     """The engine's name as its project writes it, for notes."""
+    runs_formats: tuple[str, ...] = ()
+    """The weight formats the engine runs (a WeightFormat's base name in lower case, "gguf" for every GGUF type); a
+    format outside them is refused (``check_format``). Empty: any, with a note where it is not native (the first
+    three engines, whose notes predate the refusal)."""
+    memory_share: float = 1.0
+    """The share of each GPU's memory the engine claims at start (SGLang's --mem-fraction-static, MLC's
+    gpu_memory_utilization); vLLM's is the job's --gpu-memory-utilization."""
+    share_holds_weights_and_kv: bool = False
+    """``memory_share`` bounds the weights and the KV pool only; activations, CUDA graphs and the context take the
+    rest of the GPU (SGLang's mem_fraction_static)."""
+    kv_free_fraction: float = 0.0
+    """The share of the memory left after weights and activations the engine gives its KV cache
+    (TensorRT-LLM's kv_cache_free_gpu_memory_fraction); 0: not sized that way."""
+    activation_tokens: int = 0
+    """The most tokens one forward pass runs (chunked prefill): it bounds the activation peak; 0: the whole
+    context."""
+    default_quant: str = ""
+    """The weight format the engine's users get when they name none (Ollama's library models: Q4_K_M)."""
+    flash_attention_default: bool = True
+    """Whether the engine runs flash attention unless told otherwise (Ollama: off)."""
+    like: str = ""
+    """The engine this one is a build of (Ollama: llama.cpp): memory rules and constants are that engine's."""
+    documented_only: bool = False
+    """The constants come from the engine's documentation and first principles, with no fitted rows: its ranges
+    are widened and say so (estimate/ranges.py)."""
 
     @property
     def display(self) -> str:
         return self.label or self.name
+
+    @property
+    def family(self) -> str:
+        """The engine whose memory rules apply: itself, or the one it is a build of."""
+        return self.like or self.name
+
+    def runs(self, fmt: WeightFormat) -> bool:
+        if not self.runs_formats:
+            return fmt.engine_family in ("torch", "gguf")
+        key = "gguf" if fmt.engine_family == "gguf" else fmt.name.split("-")[0].lower()
+        return key in self.runs_formats
 
 
 TRANSFORMERS_KV_FORMATS = ("fp16", "bf16", "fp32")
@@ -127,6 +164,64 @@ within 0.003 for Ada 0.40-0.45, GA100 0.40-0.46, Hopper 0.50-0.60): 0.42 TFLOP/s
 reach theirs (the fit is flat from 0.26 up): their FP16 rate binds first. A family not listed is bound by its
 tensor rate alone."""
 
+FULL_CUDA_GRAPH_STEP_S = 1.0e-3
+"""The fixed host cost of a decode step in an engine that replays the whole step as a CUDA graph and overlaps its
+scheduling with the GPU (SGLang, TensorRT-LLM, MLC): sampling, detokenization and the graph launch, not fitted.
+vLLM 0.6.3's fitted 3.2 ms predates its own overlap of scheduling (v0.6.0 release notes: CPU overhead was what
+limited it); an engine that overlaps it keeps about a third. From first principles, not from measurements: the
+ranges of these engines say so."""
+
+_LLAMA_CPP = Engine("llama.cpp", 457 * MIB, bandwidth_efficiency=0.95, hbm_bandwidth_factor=0.65,
+                    unified_bandwidth_factor=0.80, cpu_s_per_layer=0.0,
+                    step_overhead_s=0.0, layer_overhead_s=1.2e-4, kv_traffic_per_group=0.0,
+                    prefill_compute_efficiency=0.50, preallocates_context=True, splits_layers=True,
+                    prefill_ubatch=512, pipelines_prefill=True, pipeline_efficiency=0.45,
+                    dequantizes_for_prefill=True, prefill_tflops_per_watt=LLAMA_CPP_PREFILL_TFLOPS_PER_WATT,
+                    fp16_accumulate=True, kv_formats=LLAMA_CPP_KV_FORMATS)
+
+SGLANG_MEM_FRACTION_STATIC = 0.88
+"""SGLang's --mem-fraction-static: "the fraction of the memory used for static allocation (model weights and KV
+cache memory pool)"; activations and CUDA graph buffers live outside it
+(https://docs.sglang.io/advanced_features/server_arguments.html). Unset, the server picks it from the GPU's memory
+(python/sglang/srt/server_args.py), 0.88 on the large cards SGLang is usually served from."""
+SGLANG_CHUNKED_PREFILL = 8192
+"""SGLang's --chunked-prefill-size on 80 GB-class GPUs (server_args.py picks it from the GPU's memory, as above):
+the most prompt tokens one forward runs."""
+TRTLLM_KV_FREE_FRACTION = 0.9
+"""TensorRT-LLM's KvCacheConfig.free_gpu_memory_fraction default: the KV cache takes 90% of the memory free after
+the engine is loaded (https://nvidia.github.io/TensorRT-LLM/reference/memory.html, "KV cache")."""
+TRTLLM_MAX_NUM_TOKENS = 8192
+"""TensorRT-LLM's max_num_tokens default (BuildConfig, https://nvidia.github.io/TensorRT-LLM/performance/
+performance-tuning-guide/tuning-max-batch-size-and-max-num-tokens.html): it sizes the activation buffers."""
+EXLLAMAV2_MAX_INPUT_LEN = 2048
+"""ExLlamaV2Config.max_input_len default: the longest chunk a forward pass takes, which sizes its scratch buffers
+(https://github.com/turboderp-org/exllamav2/blob/master/exllamav2/config.py). Its cache, ExLlamaV2Cache, is
+allocated for max_seq_len x batch at start (exllamav2/cache.py)."""
+MLC_GPU_MEMORY_UTILIZATION = 0.85
+"""MLC LLM's EngineConfig gpu_memory_utilization default: weights, KV cache and buffers take 85% of the GPU's
+memory (https://llm.mlc.ai/docs/deploy/rest.html, "--overrides gpu_memory_utilization")."""
+MLC_PREFILL_CHUNK = 2048
+"""MLC LLM's prefill_chunk_size for server use (https://llm.mlc.ai/docs/deploy/rest.html): tokens per prefill
+forward."""
+
+OLLAMA_DEFAULT_QUANT = "q4_k_m"
+"""The weight format of Ollama library models' default tags (https://ollama.com/library/llama3.1 tags: the
+"latest" tag is Q4_K_M)."""
+OLLAMA_CONTEXT_BY_VRAM = ((24, 4096), (48, 32768))
+"""Ollama's default context length by GPU memory: under 24 GiB 4k, 24-48 GiB 32k, 48 GiB and more 256k
+(https://docs.ollama.com/context-length; github.com/ollama/ollama docs/context-length.mdx). Before 2025 it was a
+fixed num_ctx of 2048, later 4096: --ctx gives any other."""
+OLLAMA_CONTEXT_LARGE = 262144
+
+
+def ollama_context(vram_gib: float) -> int:
+    """Ollama's default context length on a GPU of ``vram_gib`` GiB (OLLAMA_CONTEXT_BY_VRAM)."""
+    for below, tokens in OLLAMA_CONTEXT_BY_VRAM:
+        if vram_gib < below:
+            return tokens
+    return OLLAMA_CONTEXT_LARGE
+
+
 ENGINES: dict[str, Engine] = {
     "transformers": Engine("transformers", 500 * MIB, bandwidth_efficiency=0.85, hbm_bandwidth_factor=1.0,
                            cpu_s_per_layer=8.5e-4, step_overhead_s=0.0, layer_overhead_s=0.0,
@@ -136,16 +231,55 @@ ENGINES: dict[str, Engine] = {
                    step_overhead_s=3.2e-3, layer_overhead_s=0.0, kv_traffic_per_group=0.0,
                    prefill_compute_efficiency=0.60, quantized_bandwidth_factor=VLLM_QUANTIZED_BANDWIDTH,
                    kv_formats=VLLM_KV_FORMATS, label="vLLM"),
-    "llama.cpp": Engine("llama.cpp", 457 * MIB, bandwidth_efficiency=0.95, hbm_bandwidth_factor=0.65,
-                        unified_bandwidth_factor=0.80, cpu_s_per_layer=0.0,
-                        step_overhead_s=0.0, layer_overhead_s=1.2e-4, kv_traffic_per_group=0.0,
-                        prefill_compute_efficiency=0.50, preallocates_context=True, splits_layers=True,
-                        prefill_ubatch=512, pipelines_prefill=True, pipeline_efficiency=0.45,
-                        dequantizes_for_prefill=True, prefill_tflops_per_watt=LLAMA_CPP_PREFILL_TFLOPS_PER_WATT,
-                        fp16_accumulate=True, kv_formats=LLAMA_CPP_KV_FORMATS),
+    "llama.cpp": _LLAMA_CPP,
+    # SGLang: paged KV (RadixAttention's token pool), CUDA graphs for decode, FlashInfer/FlashAttention kernels and
+    # the same Marlin kernels as vLLM for GPTQ/AWQ: vLLM's bandwidth, prefill and quantized factors, with the
+    # overlapped scheduler's smaller step cost (https://lmsys.org/blog/2024-12-04-sglang-v0-4/, "zero-overhead
+    # batch scheduler"). CUDA context plus captured graphs as vLLM's.
+    "sglang": Engine("sglang", 1024 * MIB, bandwidth_efficiency=0.80, hbm_bandwidth_factor=1.0, cpu_s_per_layer=0.0,
+                     step_overhead_s=FULL_CUDA_GRAPH_STEP_S, layer_overhead_s=0.0, kv_traffic_per_group=0.0,
+                     prefill_compute_efficiency=0.60, quantized_bandwidth_factor=VLLM_QUANTIZED_BANDWIDTH,
+                     kv_formats=VLLM_KV_FORMATS, label="SGLang",
+                     runs_formats=("fp32", "fp16", "bf16", "fp8", "int8", "int4", "nf4"),
+                     memory_share=SGLANG_MEM_FRACTION_STATIC, share_holds_weights_and_kv=True,
+                     activation_tokens=SGLANG_CHUNKED_PREFILL,
+                     documented_only=True),
+    # TensorRT-LLM: paged KV, fused attention and GEMM plugins compiled per GPU, the C++ executor with CUDA graphs:
+    # a higher share of the bandwidth than vLLM's Python-driven kernels and the graph engines' small step cost.
+    # Its W4A16 (AWQ/GPTQ) and W8A16 kernels are GEMV-shaped for batch 1 and pay less for unpacking than Marlin.
+    "tensorrt-llm": Engine("tensorrt-llm", 1024 * MIB, bandwidth_efficiency=0.85, hbm_bandwidth_factor=1.0,
+                           cpu_s_per_layer=0.0, step_overhead_s=FULL_CUDA_GRAPH_STEP_S, layer_overhead_s=0.0,
+                           kv_traffic_per_group=0.0, prefill_compute_efficiency=0.65,
+                           quantized_bandwidth_factor=(("int4", 0.85), ("int8", 0.92)),
+                           kv_formats=("fp16", "bf16", "fp8"), label="TensorRT-LLM",
+                           runs_formats=("fp32", "fp16", "bf16", "fp8", "int8", "int4"),
+                           kv_free_fraction=TRTLLM_KV_FREE_FRACTION, activation_tokens=TRTLLM_MAX_NUM_TOKENS,
+                           documented_only=True),
+    # exllamav2: its own CUDA kernels for EXL2 and GPTQ (a matmul per layer that dequantizes in registers), a
+    # Python loop per step without CUDA graphs: a small host cost per layer that a large model hides.
+    "exllamav2": Engine("exllamav2", 500 * MIB, bandwidth_efficiency=0.80, hbm_bandwidth_factor=1.0,
+                        cpu_s_per_layer=1.0e-4, step_overhead_s=1.0e-3, layer_overhead_s=0.0,
+                        kv_traffic_per_group=0.0, prefill_compute_efficiency=0.50, kv_formats=("fp16",),
+                        splits_layers=True, label="ExLlamaV2", runs_formats=("fp16", "bf16", "int4", "exl2"),
+                        activation_tokens=EXLLAMAV2_MAX_INPUT_LEN, documented_only=True),
+    # MLC LLM: the model compiled by TVM into fused kernels, a paged KV cache of its own, no PyTorch (a bare CUDA
+    # context and TVM's workspace). Its q4f16_1 weights: 4 bits with an fp16 scale per 32.
+    "mlc-llm": Engine("mlc-llm", 512 * MIB, bandwidth_efficiency=0.80, hbm_bandwidth_factor=1.0, cpu_s_per_layer=0.0,
+                      step_overhead_s=FULL_CUDA_GRAPH_STEP_S, layer_overhead_s=0.0, kv_traffic_per_group=0.0,
+                      prefill_compute_efficiency=0.50, kv_formats=("fp16",), label="MLC LLM",
+                      runs_formats=("fp32", "fp16", "int4", "q4f16_1", "fp8"), memory_share=MLC_GPU_MEMORY_UTILIZATION,
+                      activation_tokens=MLC_PREFILL_CHUNK, default_quant="q4f16_1", documented_only=True),
+    # Ollama runs llama.cpp (its ggml backend): llama.cpp's constants and memory rules, its own defaults. Flash
+    # attention is off unless OLLAMA_FLASH_ATTENTION=1 (https://docs.ollama.com/faq, "How can I enable Flash
+    # Attention?"); GGUF weights only.
+    "ollama": replace(_LLAMA_CPP, name="ollama", label="Ollama", runs_formats=("gguf",),
+                      default_quant=OLLAMA_DEFAULT_QUANT, flash_attention_default=False, like="llama.cpp",
+                      documented_only=True),
 }
 _ENGINE_ALIASES = {"hf": "transformers", "huggingface": "transformers", "llamacpp": "llama.cpp",
-                   "llama-cpp": "llama.cpp", "gguf": "llama.cpp", "ollama": "llama.cpp"}
+                   "llama-cpp": "llama.cpp", "gguf": "llama.cpp", "trtllm": "tensorrt-llm", "trt-llm": "tensorrt-llm",
+                   "tensorrt_llm": "tensorrt-llm", "exllama": "exllamav2", "exl2": "exllamav2", "mlc": "mlc-llm",
+                   "mlc_llm": "mlc-llm"}
 
 GGUF_BANDWIDTH_FACTOR: dict[str, float] = {
     "F16": 1.0, "Q8_0": 0.93, "Q6_K": 0.85, "Q5_K_M": 0.80, "Q5_K_S": 0.80, "Q4_K_M": 0.76,
@@ -196,6 +330,9 @@ SPEED_MEDIAN_ERROR: dict[str, float] = {"transformers": 0.06, "vllm": 0.11, "lla
 `python benchmarks/estimate_accuracy.py` (docs/calibration.md). Each prediction carries its own 80% range
 (estimate/ranges.py); `recommend` still calls two setups a near-tie when they are within +-this share, a
 comparison between setups on the same engine, whose shared bias cancels."""
+UNCALIBRATED_SPEED_ERROR = 0.20
+"""The near-tie share for an engine with no fitted rows (SGLang, TensorRT-LLM, exllamav2, MLC LLM): wider than
+any calibrated engine's median error, since its constants come from documentation alone."""
 
 
 def engine(name: str) -> Engine:

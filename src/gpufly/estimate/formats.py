@@ -25,7 +25,8 @@ class WeightFormat:
     """The precision the matmuls run in: picks the tensor rate for compute-bound estimates."""
     keeps_embeddings_16bit: bool = False
     engine_family: str = "torch"
-    """"gguf" formats run in llama.cpp-style engines; the others in PyTorch-based ones."""
+    """"gguf" formats run in llama.cpp-style engines, "exl2" in exllamav2, "mlc" in MLC LLM; "torch" ones in
+    PyTorch-based engines and the serving engines that load Hugging Face checkpoints."""
 
 
 # llama.cpp tools/quantize/README.md, Llama-3.1-8B, "bits/weight" row (b4000-era table): the file types
@@ -57,6 +58,11 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
     **{name: WeightFormat(name.upper(), bpw, "fp16", engine_family="gguf")
        for name, bpw in {**_GGML_BLOCK_BPW, **_GGUF_MIX_BPW}.items()},
     "f16": WeightFormat("F16", 16, "fp16", engine_family="gguf"),
+    # exllamav2's EXL2: a mix of 2-8 bit layers at an average bits per weight chosen at conversion (scales
+    # included); its converter keeps the embeddings in fp16. `exl2` alone is 4.0, `exl2-4.65` any other.
+    "exl2": WeightFormat("EXL2-4.0", 4.0, "fp16", keeps_embeddings_16bit=True, engine_family="exl2"),
+    # MLC LLM's q4f16_1: 4-bit weights with an fp16 scale per group of 32 (mlc_llm/quantization), embeddings too.
+    "q4f16_1": WeightFormat("q4f16_1", 4 + 16 / 32, "fp16", engine_family="mlc"),
 }
 
 GGUF_LADDER = ("q8_0", "q6_k", "q5_k_m", "q4_k_m", "q3_k_m", "q2_k")
@@ -99,10 +105,19 @@ def weight_format(name: str) -> WeightFormat:
         if not group.isdigit() or int(group) <= 0:
             raise GpuflyError(f"bad group size in '{name}'", hint="e.g. int4-g128 or int4-g64")
         return WeightFormat(f"int4-g{group}", 4 + 20 / int(group), "fp16", keeps_embeddings_16bit=True)
+    if key.startswith("exl2-") or key.startswith("exl2_"):
+        bits = key[5:]
+        try:
+            value = float(bits)
+        except ValueError:
+            value = 0.0
+        if not 2.0 <= value <= 8.0:
+            raise GpuflyError(f"bad bits per weight in '{name}'", hint="e.g. exl2-4.65 (EXL2 takes 2 to 8)")
+        return WeightFormat(f"EXL2-{value:g}", value, "fp16", keeps_embeddings_16bit=True, engine_family="exl2")
     if key in WEIGHT_FORMATS:
         return WEIGHT_FORMATS[key]
     raise unknown_choice("quantization", name, [*WEIGHT_FORMATS, *_ALIASES],
-                         hint="formats: " + ", ".join(sorted(WEIGHT_FORMATS)) + ", int4-gN")
+                         hint="formats: " + ", ".join(sorted(WEIGHT_FORMATS)) + ", int4-gN, exl2-N")
 
 
 _KV_ALIASES = {"q8": "q8_0", "q4": "q4_0"}

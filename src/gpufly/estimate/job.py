@@ -122,13 +122,18 @@ class Job:
         link = link_kind(link) if link is not None else ""
         internode = resolve_internode(internode).name if internode is not None else ""
         from_file = spec.weight_format if spec.source.startswith("gguf:") else None
-        quant = quant or (from_file.lower() if from_file else "bf16")
+        runtime = check_engine(engine) if engine is not None and task == "infer" else None
+        quant = quant or (from_file.lower() if from_file else (runtime.default_quant if runtime else "") or "bf16")
         fmt = weight_format(quant)
         kv_bytes(kv_format)
         if engine is None:
             gguf = from_file or fmt.engine_family == "gguf"
             engine = "llama.cpp" if gguf and task == "infer" else "transformers"
-        check_engine(engine)
+        runtime = check_engine(engine)
+        if task == "infer":
+            from gpufly.estimate.memory import check_format
+
+            check_format(runtime, fmt)
         if fp32 and quant == "bf16":
             quant = "fp32"
         if fsdp is not None:
@@ -147,7 +152,8 @@ class Job:
                   mixed_precision=not fp32, lora_targets=targets, gpu_memory_utilization=gpu_memory_utilization,
                   gpus=gpus, nodes=nodes, link=link, internode=internode, nics=nics or 0,
                   tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel, microbatches=microbatches or 0,
-                  global_batch=global_batch or 0)
+                  global_batch=global_batch or 0,
+                  flash_attention=runtime.flash_attention_default or task != "infer")
         for sentence in unused:  # once the options are known to be valid: a refused run needs no notes
             (note or _ignore)(sentence)
         return job

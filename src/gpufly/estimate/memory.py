@@ -164,6 +164,16 @@ _GGUF_COUSIN = {8: "q8_0", 4: "q4_k_m"}
 """The GGUF format nearest a PyTorch-side format of that many bits, for the mismatch note."""
 
 
+def check_format(runtime: Engine, fmt: WeightFormat) -> None:
+    """Refuse weights the engine cannot run, naming the engines that can."""
+    if runtime.runs(fmt):
+        return
+    able = [other.name for other in ENGINES.values() if other.runs(fmt)
+            and (fmt.engine_family == "gguf") == (other.family == "llama.cpp")]
+    raise GpuflyError(_("{engine} does not run {format} weights").format(engine=runtime.display, format=fmt.name),
+                      hint=_("engines that run {format}: {engines}").format(format=fmt.name, engines=", ".join(able)))
+
+
 def engine_format_note(runtime: Engine, fmt: WeightFormat) -> str | None:
     """A warning where the engine does not run the format natively (the estimate goes on with the
     format's size): GGUF types outside llama.cpp, bitsandbytes/GPTQ/AWQ/fp8 inside it."""
@@ -201,6 +211,7 @@ def inference_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
     """Memory per GPU to serve ``spec`` as ``job`` says, tensor parallel across ``job.gpus``."""
     fmt = weight_format(job.quant)
     runtime = engine(job.engine)
+    check_format(runtime, fmt)
     tp, stages = job.gpus, job.nodes
     weights = weight_bytes(spec, fmt)
     context = job.context
@@ -210,7 +221,7 @@ def inference_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
     kv_split = 1 if spec.attention is None or spec.attention.kind == "mla" else min(tp, spec.attention.kv_heads or 1)
     notes: list[str] = []
     weights_note = _weights_note(spec, fmt)
-    if runtime.name == "llama.cpp":
+    if runtime.family == "llama.cpp":
         activations = _llama_cpp_compute_buffer(spec, context)
         act_note = _("compute buffer at n_ctx {context}, n_batch {batch} (ollama's GraphSize formula)").format(
             context=f"{context:,}", batch=LLAMA_CPP_BATCH)
@@ -223,6 +234,8 @@ def inference_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
         tokens = context * job.batch
         if runtime.name == "vllm":
             tokens = min(tokens, VLLM_MAX_BATCHED_TOKENS)
+        elif runtime.activation_tokens:
+            tokens = min(tokens, runtime.activation_tokens)
         activations = _prefill_activation_bytes(spec, tokens) // tp + job.batch * (spec.vocab or 0) * 4
         act_note = _("prefill peak for {tokens} tokens (flash attention) + fp32 logits of the last token").format(
             tokens=f"{tokens:,}")
@@ -241,8 +254,18 @@ def inference_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
     if runtime.name == "vllm":
         notes.append(_("vLLM takes gpu_memory_utilization x VRAM ({share}) at start and fills what is left with KV "
                        "cache blocks").format(share=f"{job.gpu_memory_utilization:.0%}"))
+    elif runtime.share_holds_weights_and_kv:
+        notes.append(_("{engine} holds its weights and KV cache pool in {share} of each GPU's memory (its documented "
+                       "default) and fills what the weights leave of it with KV cache").format(
+            engine=runtime.display, share=f"{runtime.memory_share:.0%}"))
+    elif runtime.memory_share < 1:
+        notes.append(_("{engine} takes {share} of each GPU's memory at start and fills what is left with KV cache "
+                       "(its documented default)").format(engine=runtime.display, share=f"{runtime.memory_share:.0%}"))
+    if runtime.kv_free_fraction:
+        notes.append(_("{engine} gives {share} of the memory left after weights and buffers to its KV cache (its "
+                       "documented default)").format(engine=runtime.display, share=f"{runtime.kv_free_fraction:.0%}"))
     runtime_note = _("{engine} CUDA context and buffers").format(engine=runtime.name)
-    if runtime.name == "llama.cpp":
+    if runtime.family == "llama.cpp":
         return MemoryBreakdown((*items, MemoryItem("runtime", runtime.context_bytes, runtime_note)), gpus=tp,
                                notes=tuple(notes))
     return MemoryBreakdown(tuple(_context_items(items, runtime.context_bytes, runtime_note)), gpus=tp,

@@ -210,6 +210,25 @@ NO_ROWS = (math.log(1 / 2), math.log(2))
 """A metric gpufly has no fit rows for at all: a factor of 2 either way, said so."""
 
 
+def _built_on(name: str) -> str:
+    """The engine ``name`` is a build of (Ollama: llama.cpp), or ""."""
+    try:
+        return engine(name).like
+    except GpuflyError:
+        return ""
+
+
+def _documented_only(name: str, table: RangeTable) -> bool:
+    """An engine with no fit rows for any metric (SGLang, TensorRT-LLM, exllamav2, MLC LLM, Ollama): the band it
+    borrows says nothing about its own constants, so it is widened as outside the calibrated region."""
+    if name == "training" or any(b.engine == name for b in table.bands):
+        return False
+    try:
+        return engine(name).documented_only
+    except GpuflyError:
+        return True
+
+
 def _outside(band: Band, where: Where) -> list[str]:
     """What about the job the band's rows did not cover."""
     missing = []
@@ -239,9 +258,15 @@ def band_for(where: Where, table: RangeTable | None = None) -> tuple[float, floa
     widened: list[str] = []
     shared = next((b for b in (table.find(where.metric, "all", group), table.find(where.metric, "all", "1 GPU"))
                    if b is not None and b.rows >= MIN_ROWS), None)
+    host = _built_on(where.engine)
+    kin = table.find(where.metric, host, group) if own is None and host else None
     if own is not None and own.rows >= MIN_ROWS:
         engine_name = "" if where.metric.startswith("training") else f"{where.engine} "
         band, scale, label = own, 1.0, f"{engine_name}{where.metric}, {group}"
+    elif kin is not None and kin.rows >= MIN_ROWS:
+        band, scale, label = kin, OUTSIDE_WIDENING, f"{host} {where.metric}, {group}"
+        widened.append(_("no fit rows for {engine}: the band of {host}, which it runs with its own defaults").format(
+            engine=where.engine, host=host))
     elif shared is None:
         low, high = NO_ROWS
         return low, high, Basis(0, _("{metric} has no published rows; a factor of 2 either way").format(
@@ -249,9 +274,16 @@ def band_for(where: Where, table: RangeTable | None = None) -> tuple[float, floa
     else:
         band = shared
         scale, label = SMALL_GROUP_WIDENING, f"{where.metric}, all engines, {band.regime}"
-        widened.append(ngettext("only {rows} fit row for {engine}, {group}", "only {rows} fit rows for {engine}, "
-                                "{group}", own.rows).format(rows=own.rows, engine=where.engine, group=group) if own
-                       else _("no fit rows for {engine}, {group}").format(engine=where.engine, group=group))
+        if _documented_only(where.engine, table):
+            scale *= OUTSIDE_WIDENING
+            widened.append(_("no fit rows for {engine}: it runs {host}'s constants with its own defaults, "
+                             "unmeasured").format(engine=where.engine, host=host) if host else
+                           _("no fit rows for {engine}: its constants come from its documentation and first "
+                             "principles, not from measurements").format(engine=where.engine))
+        else:
+            widened.append(ngettext("only {rows} fit row for {engine}, {group}", "only {rows} fit rows for {engine}, "
+                                    "{group}", own.rows).format(rows=own.rows, engine=where.engine, group=group) if own
+                           else _("no fit rows for {engine}, {group}").format(engine=where.engine, group=group))
     outside = _outside(band, where)
     if outside:
         scale *= OUTSIDE_WIDENING
