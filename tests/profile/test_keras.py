@@ -192,7 +192,12 @@ def test_a_fed_loop_is_not_input_bound_and_validation_is_no_step(profiles: dict[
                                                                  keras_runs: Path) -> None:
     data = profiles["fast"]
     assert len(data.steps) == 2 * STEPS_PER_EPOCH
-    assert "input_bound" not in {f.rule for f in diagnose(data)}
+    # Fed from a cache through a prefetch, a step waits microseconds for its batch (about 2% of step time on a quiet
+    # machine, so no input-bound finding); a busy machine can starve tf.data's prefetch thread for a while, so what
+    # is asserted is the wait set against the input-bound loop's, whose input alone takes 40 ms a batch.
+    waits = sorted(step.data_wait_s for step in data.measured)
+    assert waits[len(waits) // 2] < 0.01, waits
+    assert data.share("data_wait_s") < profiles["input_bound"].share("data_wait_s") / 4
     assert data.settings.input_pipeline is not None and data.settings.input_pipeline.endswith("Prefetch")
     # The validation between the epochs (0.8 s of sleep at least) is in no step, even the second epoch's first:
     # that step took less than the validation before it, however busy the machine.
