@@ -37,7 +37,7 @@ from gpufly.estimate.advise import fit
 from gpufly.estimate.engines import GIB
 from gpufly.estimate.formats import weight_format
 from gpufly.estimate.job import Job
-from gpufly.estimate.memory import inference_memory, weight_bytes
+from gpufly.estimate.memory import inference_memory, training_memory, weight_bytes
 from gpufly.estimate.ranges import (
     COVERAGE,
     RANGES_FILE,
@@ -353,8 +353,52 @@ def _training_row(row: dict[str, str], lookup: Lookup, skipped: Skipped) -> Iter
                      where("training throughput", model, gpu, job))
 
 
+TRAINING_MEMORY_MODELS = {"Llama-3.1-8B-Instruct": "llama-3.1-8b", "Llama-3.3-70B-Instruct": "llama-3.1-70b",
+                          "Llama-2-7b-hf": str(HERE / "rows" / "models" / "codellama-7b.json")}
+"""Training-memory tables' model names -> a preset or config (Llama 3.3 70B has Llama 3.1 70B's architecture;
+CodeLlama 7B has Llama 2 7B's shapes, vocabulary 32016 for 32000)."""
+TRAINING_MEMORY_KINDS = {"peak reserved": ("runtime",), "max context": ()}
+"""How a training_memory.csv row was measured, and which of gpufly's items the measurement leaves out: "peak
+reserved" is torch.cuda.max_memory_reserved (no CUDA context); "max context" is the longest sequence that fit, whose
+measured value is the GPU's memory (peak just under capacity, an upper bound). An estimated requirement is no
+measurement and is skipped."""
+
+
+def _training_memory_row(row: dict[str, str], lookup: Lookup, skipped: Skipped) -> Iterator[Comparison]:
+    """Published training peaks per GPU (LoRA, QLoRA, full): gpufly's per-GPU figure, less what the measurement
+    leaves out (TRAINING_MEMORY_KINDS), against the measured value in GiB. FSDP full sharding is ZeRO-3."""
+    kind = row["measurement"].strip()
+    if kind not in TRAINING_MEMORY_KINDS:
+        skipped.add(f"training-memory row not a measurement: {row['measurement']}")
+        return
+    gpu = lookup.gpu(row["gpu"])
+    preset = TRAINING_MEMORY_MODELS.get(row["model"].strip())
+    model = None if preset is None else lookup.preset(preset)
+    if gpu is None or model is None:
+        skipped.add(f"training-memory row unknown to gpufly: {row['gpu']} / {row['model']}")
+        return
+    gpus = count(row["gpu_count"], 1)
+    method = row["method"].strip()
+    sharded = gpus > 1 and "full shard" in row["framework"]
+    targets = row["lora_targets"].strip()
+    job = Job(task=method, quant=QUANTS.get(row["precision"].strip(), row["precision"].strip()),
+              mixed_precision=row["precision"].strip() != "fp32", batch=count(row["batch"], 1),
+              context=count(row["seq_len"], 1), gpus=gpus, zero=3 if sharded else 0,
+              optimizer=row["optimizer"].strip() or "adamw",
+              checkpointing=row["gradient_checkpointing"].strip() == "True", lora_rank=count(row["lora_rank"], 16),
+              **({} if targets in ("", "all-linear") else {"lora_targets": tuple(targets.split(";"))}))
+    measured = number(row["measured_gb"])
+    if measured is None:
+        skipped.add("training-memory row without a value")
+        return
+    predicted = training_memory(model, job).without(*TRAINING_MEMORY_KINDS[kind]) / GIB
+    yield Comparison("training memory", "training", gpus, predicted, measured,
+                     f"{row['gpu']} x{gpus} {row['model']} {method} bs{job.batch} seq{job.context} "
+                     f"({kind})", side(row), where("training memory", model, gpu, job))
+
+
 READERS = (("llm_inference.csv", _inference_row), ("vram_measured.csv", _vram_row),
-           ("training_throughput.csv", _training_row))
+           ("training_throughput.csv", _training_row), ("training_memory.csv", _training_memory_row))
 
 
 def comparisons(folder: Path, lookup: Lookup, skipped: Skipped) -> list[Comparison]:
