@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from gpufly.loading import dies_with, process_group
+from gpufly.loading import dies_with, exit_text, kill_group, process_group
 from gpufly.tune.energy import energy_cost_per_million, time_cost_per_million
 from gpufly.tune.knobs import processes
 from gpufly.tune.launch import Layout, loopback_agents
@@ -193,11 +193,10 @@ class SubprocessRunner:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "GPUFLY_TUNE_REQUEST": request, TUNER_PID: str(os.getpid())}
         command = [sys.executable, "-m", "gpufly.tune.worker"]
         count = processes(trial.knobs)
-        if count > 1 and self.nodes > 1:
-            env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS", "1")
-            return self.run_as_nodes(trial, count, env, started)
         if count > 1:  # DDP: torchrun starts the processes (gloo on CPU, NCCL on GPUs)
             env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS", "1")
+            if self.nodes > 1:
+                return self.run_as_nodes(trial, count, env, started)
             command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={count}",
                        "-m", "gpufly.tune.worker"]
         with process_group(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -286,9 +285,8 @@ def one_group(commands: list[list[str]], outputs: list[tuple[Any, Any]],
         yield agents
     finally:
         if agents:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(agents[0].pid, signal.SIGKILL)
-        for agent in agents:
+            kill_group(agents[0])  # the group the first agent leads, and every agent in it
+        for agent in agents[1:]:
             agent.wait()
 
 
@@ -383,7 +381,7 @@ def root_cause(lines: list[str]) -> str | None:
 
     >>> root_cause(["Root Cause (first observed failure):", "[0]:", "rank      : 1 (local_rank: 1)",
     ...             "exitcode  : -9 (pid: 2254)  (SIGKILL)", "traceback : Signal 9 (SIGKILL) received by PID 2254"])
-    'rank 1 was killed by signal 9 (SIGKILL), with no message'
+    'rank 1 crashed with SIGKILL, with no message'
     >>> root_cause(["Root Cause (first observed failure):", "rank      : 0 (local_rank: 0)", "exitcode  : 1 (pid: 7)"])
     'rank 0 exited with code 1, with no message'
     """
@@ -396,11 +394,4 @@ def root_cause(lines: list[str]) -> str | None:
     code = re.match(r"\s*(-?\d+)", fields.get("exitcode", ""))
     if code is None:
         return None
-    number = int(code.group(1))
-    if number < 0:
-        try:
-            name = signal.Signals(-number).name
-        except ValueError:
-            name = "unknown"
-        return f"rank {rank} was killed by signal {-number} ({name}), with no message"
-    return f"rank {rank} exited with code {number}, with no message"
+    return f"rank {rank} {exit_text(int(code.group(1)))}, with no message"
