@@ -9,6 +9,7 @@ reader) and the host. The doctor, the bench, the report, the profiler and the mo
 """
 
 from gpufly.hw.gpu import (
+    JOULES_PER_KWH,
     XID_KEEP_S,
     GpuDevice,
     GpuReader,
@@ -23,6 +24,7 @@ from gpufly.hw.nvml import FIXTURE_ENV, Nvml, NvmlStatus, load_pynvml
 
 __all__ = [
     "FIXTURE_ENV",
+    "JOULES_PER_KWH",
     "XID_KEEP_S",
     "GpuDevice",
     "GpuReader",

@@ -186,6 +186,9 @@ class MigSample:
     memory_total_bytes: int | None = None
 
 
+JOULES_PER_KWH = 3.6e6
+"""``energy_j`` (NVML's counter, in joules) over this is kilowatt-hours: what every price per kWh is given in."""
+
 XID_KEEP_S = 600.0
 """How long a sample keeps an XID event after gpufly drained it: the window the health rule ``xid`` judges."""
 

@@ -23,10 +23,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gpufly.errors import GpuflyError
-from gpufly.hw import GpuSample
+from gpufly.hw import JOULES_PER_KWH, GpuSample
 from gpufly.monitor.sample import JobSample, Snapshot
-
-JOULES_PER_KWH = 3.6e6
 
 
 @dataclass(frozen=True)

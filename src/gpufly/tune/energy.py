@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufly.errors import GpuflyError
+from gpufly.hw import JOULES_PER_KWH
 
-JOULES_PER_KWH = 3.6e6
 NO_NVML = "no NVML"
 """Why a CPU trial has no energy figure: there is no GPU counter to read."""
 MILLION = 1e6
