@@ -449,7 +449,7 @@ NUMBERS: tuple[Number, ...] = (
     Number("tune --price-per-hour", ("tune", "recsys", "--price-per-hour", "{value}"),
            accepts=frozenset({"huge", "a fraction"}), cheap=False),
     Number("tune --price-per-kwh", ("tune", TUNE_WORKLOAD, "--price-per-kwh", "{value}"),
-           accepts=frozenset({"huge", "a fraction"}), cheap=False),
+           accepts=frozenset({"zero", "huge", "a fraction"}), cheap=False),  # free energy, as watch and serve
     Number("tune --nodes", ("tune", TUNE_WORKLOAD, "--launcher", "torchrun", "--nodes", "{value}"),
            accepts=frozenset({"huge"})),
     Number("tune --gpus-per-node", ("tune", TUNE_WORKLOAD, "--launcher", "slurm", "--gpus-per-node", "{value}"),

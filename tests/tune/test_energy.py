@@ -11,6 +11,7 @@ from typing import Any
 import pynvml
 import pytest
 
+from gpufly.errors import GpuflyError
 from gpufly.hw.fake_nvml import FakePynvml
 from gpufly.hw.nvml import Nvml
 from gpufly.tune import Trial, TrialResult
@@ -175,3 +176,12 @@ def test_tune_on_a_cpu_says_energy_was_not_measured_rather_than_invent_it(cli: A
     assert document["energy"] == {"measured": False, "source": None, "note": NO_NVML, "price_per_kwh": None,
                                   "price_per_hour": None, "baseline": None, "best": None}
     assert all(t["energy_j"] is None and t["energy_note"] == NO_NVML for t in document["trials"])
+
+
+def test_free_energy_costs_nothing_as_watch_and_serve_take_it() -> None:
+    from gpufly.tune.energy import check_price, energy_cost_per_million
+
+    check_price("--price-per-kwh", 0.0, "0.15", free=True)
+    assert energy_cost_per_million(0.36, 0.0) == 0.0
+    with pytest.raises(GpuflyError, match="positive number"):
+        check_price("--price-per-hour", 0.0, "2.5")

@@ -211,7 +211,9 @@ def test_tune_recsys_runs_the_case_study_stages(cli, tmp_path: Path) -> None:  #
     (["recsys", "--budget-minutes", "5"], "--budget-minutes applies to a search"),
     (["cnn", "--search"], "--search is for recsys"),
     (["recsys", "--price-per-hour", "-1"], "--price-per-hour must be a positive number of USD"),
-    (["cnn", "--price-per-kwh", "nan"], "--price-per-kwh must be a positive number of USD"),
+    (["cnn", "--price-per-kwh", "nan"], "--price-per-kwh must be 0 or more of USD"),
+    (["cnn", "--price-per-kwh", "-0.1"], "--price-per-kwh must be 0 or more of USD"),
+    (["recsys", "--price-per-hour", "0"], "--price-per-hour must be a positive number of USD"),
     (["cnn", "--nodes", "2"], "--nodes goes with --launcher"),
     (["cnn", "--knobs", "{}"], "--knobs goes with --launcher"),
 ])

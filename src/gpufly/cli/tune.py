@@ -90,7 +90,7 @@ def tune(
     from gpufly.tune.energy import check_price, energy_line, summary
 
     check_price("--price-per-hour", price_per_hour, "2.5")
-    check_price("--price-per-kwh", price_per_kwh, "0.15")
+    check_price("--price-per-kwh", price_per_kwh, "0.15", free=True)
     suffix = "-infer" if task == "infer" else ""
     results = results or Path(f"gpufly-tune-{workload.replace('/', '_').replace(':', '_')}{suffix}.jsonl")
     _check_paths(results, resume, html)

@@ -142,10 +142,15 @@ def time_cost_per_million(throughput: float | None, price_per_hour: float | None
     return MILLION / throughput / 3600 * price_per_hour
 
 
-def check_price(option: str, value: float | None, example: str) -> None:
-    """A price must be a finite number above 0 (nan and inf included)."""
-    if value is not None and (not math.isfinite(value) or value <= 0):
-        raise GpuflyError(f"{option} must be a positive number of USD, not {value}", f"for example {option} {example}")
+def check_price(option: str, value: float | None, example: str, *, free: bool = False) -> None:
+    """A price must be a finite number above 0 (nan and inf refused); with ``free``, 0 too. Energy may be free (as
+    ``watch`` and ``serve`` take it: own solar, power in the rent) and then costs 0; machine time at 0 would make
+    samples per dollar infinite, so it is refused."""
+    if value is None:
+        return
+    if not math.isfinite(value) or value < 0 or (value == 0 and not free):
+        least = "0 or more" if free else "a positive number"
+        raise GpuflyError(f"{option} must be {least} of USD, not {value}", f"for example {option} {example}")
 
 
 def summary(rows: list[dict[str, Any]], price_per_kwh: float | None, price_per_hour: float | None,
