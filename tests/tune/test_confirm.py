@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpufly.tune import GreedyPlan, ResultsLog, Search, best
+from gpufly.tune.trial import TrialResult
 from gpufly.tune.verdict import decide
 from tests.tune.fakes import FakeMachine
 
@@ -114,3 +115,31 @@ def test_the_single_knobs_run_in_a_shuffled_order_that_a_resumed_run_repeats(tmp
     order = [name for name in dict.fromkeys(first.runs) if "=" in name]
     assert order != sorted(order), "not the order the knobs were listed in"
     assert order == [name for name in dict.fromkeys(again.runs) if "=" in name]
+
+
+def _confirmed_result(name: str, knobs: dict[str, object], speedup: float, low: float, high: float,
+                      drift: float | None) -> TrialResult:
+    return TrialResult(name, knobs, "ok", throughput=100.0 * speedup, speedup=speedup, speedup_low=low,
+                       speedup_high=high, rounds=4, loss_drift=drift)
+
+
+def _baseline() -> TrialResult:
+    return TrialResult("baseline", {}, "ok", throughput=100.0, role="baseline", throughputs=[99.0, 100.0, 101.0],
+                       noise_floor=0.01, seed_loss_drift=0.003, eval_loss=0.5, loss_drift=0.0, speedup=1.0)
+
+
+def test_winners_the_rounds_cannot_rank_are_split_by_the_smaller_drift_and_the_tie_is_said() -> None:
+    tied = [_confirmed_result("batch 2048", {"batch": 2048}, 31.6, 29.3, 34.0, drift=-0.011),
+            _confirmed_result("batch 1024", {"batch": 1024}, 27.3, 25.0, 29.9, drift=0.004)]
+    decision = decide([_baseline(), *tied])
+    assert decision.verdict == "faster" and decision.winner is not None and decision.winner.name == "batch 1024"
+    assert "cannot rank" in decision.reason and "batch 2048 31.60x [29.30-34.00]" in decision.reason
+    assert "0.40% drift" in decision.reason
+
+
+def test_winners_alike_in_speed_and_drift_name_no_winner() -> None:
+    tied = [_confirmed_result("a", {"x": 1}, 2.0, 1.8, 2.2, drift=None),
+            _confirmed_result("b", {"y": 1}, 2.1, 1.9, 2.3, drift=0.01)]
+    decision = decide([_baseline(), *tied])
+    assert decision.verdict == "undecided" and decision.winner is None
+    assert "cannot tell these apart" in decision.reason

@@ -190,13 +190,28 @@ def _confirmed(results: list[TrialResult], baseline: TrialResult, min_gain: floa
     fewest = min(len(r.knobs) for r in alike)
     simplest = [r for r in alike if len(r.knobs) == fewest]
     if len(simplest) > 1:
-        return Decision("undecided", None, "the A/B rounds cannot tell these apart: " +
-                        "; ".join(f"{r.name} {_interval(r)}" for r in simplest))
+        return _closest_to_the_baseline(simplest)
     chosen = simplest[0]
     why = f"{chosen.name}: {_interval(chosen)} the baseline over {chosen.rounds} A/B rounds"
     if chosen is not top:
         why += f" (as fast as {top.name} {_interval(top)} within the noise, with fewer knobs)"
     return Decision("faster", chosen, why)
+
+
+def _closest_to_the_baseline(tied: list[TrialResult]) -> Decision:
+    """Winners the A/B rounds cannot rank, with as many knobs each: every one is confirmed faster than the
+    baseline, so the run still names one, by a stated second key: the one whose model ends closest to the
+    baseline's (the smallest probe-loss drift), as the safer change. When that cannot separate them either (no drift
+    measured, or equal), no winner is named."""
+    listed = "; ".join(f"{r.name} {_interval(r)}" for r in tied)
+    drifts = [abs(r.loss_drift) if r.loss_drift is not None and math.isfinite(r.loss_drift) else None for r in tied]
+    if any(d is None for d in drifts) or len(set(drifts)) < len(drifts):
+        return Decision("undecided", None, f"the A/B rounds cannot tell these apart: {listed}")
+    chosen = tied[drifts.index(min(d for d in drifts if d is not None))]
+    return Decision("faster", chosen,
+                    f"{chosen.name}: {_interval(chosen)} the baseline over {chosen.rounds} A/B rounds; the rounds "
+                    f"cannot rank it against the others ({listed}), so the one whose probe loss ends closest to the "
+                    f"baseline's is named ({abs(chosen.loss_drift or 0.0):.2%} drift)")
 
 
 def _interval(result: TrialResult) -> str:
