@@ -52,7 +52,7 @@ from gpufly.estimate.ranges import (
     where,
     widening_key,
 )
-from gpufly.estimate.speed import decode_step_s, prefill_s, training_speed
+from gpufly.estimate.speed import ATTENTION_KERNEL, decode_step_s, prefill_s, training_speed
 from gpufly.jsonfile import write_json_atomic
 from gpufly.models.resolve import load_model
 from gpufly.models.spec import ModelSpec
@@ -124,8 +124,9 @@ class Lookup:
 SPLIT_RULE = ("check set: rows whose sha256(source_url|gpu|model) is 0 mod 3; fit set: the rest. A model on a GPU "
               "in one source lands whole on one side, so every source has rows on both sides. The memory constants and "
               "vLLM's bandwidth and prefill efficiencies in estimate/engines.py were fitted before this split on the "
-              "whole ../shared/calibration sample (on its check rows they are in-sample); the training MFU and "
-              "attention cost, llama.cpp's decode and prefill constants, vLLM's quantized-weight bandwidth and "
+              "whole ../shared/calibration sample (on its check rows they are in-sample); training's matmul share, "
+              "GEMM tile overhead, Hopper's sustained share, TF32 share and CNN traffic (estimate/speed.py), "
+              "llama.cpp's decode and prefill constants, vLLM's quantized-weight bandwidth and "
               "transformers' KV traffic were fitted on the fit set only")
 
 
@@ -322,6 +323,11 @@ TRAINING_PRESETS = {"resnet50": "resnet-50", "bert-base-uncased": "bert-base-unc
                     **{f"mpt-{size}": str(HERE / "rows" / "models" / f"mpt-{size}.json")
                        for size in ("125m", "350m", "760m", "1b", "3b", "7b", "13b", "30b", "70b")}}
 """Training tables' model names -> a preset, or a config.json under benchmarks/rows/models/."""
+EAGER_ATTENTION = ("bert-base-uncased", "bert-large-uncased")
+"""Training rows whose attention materializes its scores: the BERT SQuAD fine-tuning script computes attention as
+matmul, softmax and dropout in PyTorch (no flash attention in the NGC 22.09 container's BERT), while llm-foundry's
+MPT runs flash attention: its throughput script's Triton kernel (submit_benchmarks.py, --attn_impl triton by
+default). A row whose batch is the "total across GPUs" is split evenly into per-GPU micro-batches."""
 
 
 def _training_row(row: dict[str, str], lookup: Lookup, skipped: Skipped) -> Iterator[Comparison]:
@@ -338,11 +344,15 @@ def _training_row(row: dict[str, str], lookup: Lookup, skipped: Skipped) -> Iter
     seq = re.search(r"seq (\d+)", row["seq_len_or_image_size"])
     gpus = count(row["gpu_count"], 1)
     per_node, nodes = (NODE_GPUS, gpus // NODE_GPUS) if gpus > NODE_GPUS and gpus % NODE_GPUS == 0 else (gpus, 1)
-    job = Job(task="full", mixed_precision=row["precision"] != "fp32", batch=count(row["batch_size"], 1),
+    batch = count(row["batch_size"], 1)
+    if "total across GPUs" in row["notes"]:
+        batch = max(1, batch // gpus)
+    job = Job(task="full", mixed_precision=row["precision"] != "fp32", batch=batch,
               context=int(seq.group(1)) if seq else 1, gpus=per_node, nodes=nodes,
               zero=3 if "FSDP" in row["framework"] else 0,
-              checkpointing="activation checkpointing: True" in row["notes"])
-    predicted = training_speed(model, gpu, job)
+              checkpointing="activation checkpointing: True" in row["notes"],
+              flash_attention=name not in EAGER_ATTENTION)
+    predicted = training_speed(model, gpu, job, "triton" if name.startswith("mpt-") else ATTENTION_KERNEL)
     value = predicted.train_tokens_s if row["unit"] == "tokens/s" else predicted.train_samples_s
     measured = number(row["throughput"])
     if value is None or measured is None:
@@ -354,19 +364,23 @@ def _training_row(row: dict[str, str], lookup: Lookup, skipped: Skipped) -> Iter
 
 
 TRAINING_MEMORY_MODELS = {"Llama-3.1-8B-Instruct": "llama-3.1-8b", "Llama-3.3-70B-Instruct": "llama-3.1-70b",
-                          "Llama-2-7b-hf": str(HERE / "rows" / "models" / "codellama-7b.json")}
+                          "Llama-2-7b-hf": str(HERE / "rows" / "models" / "codellama-7b.json"),
+                          **{name: str(HERE / "rows" / "models" / f"{config}.json") for name, config in (
+                              ("Llama-2-70b-hf", "llama-2-70b"), ("Yi-34B", "yi-34b"),
+                              ("Mistral-7B-v0.2", "mistral-7b-v0.2"))}}
 """Training-memory tables' model names -> a preset or config (Llama 3.3 70B has Llama 3.1 70B's architecture;
 CodeLlama 7B has Llama 2 7B's shapes, vocabulary 32016 for 32000)."""
-TRAINING_MEMORY_KINDS = {"peak reserved": ("runtime",), "max context": ()}
+TRAINING_MEMORY_KINDS = {"peak reserved": ("runtime", "nccl"), "max context": ()}
 """How a training_memory.csv row was measured, and which of gpufly's items the measurement leaves out: "peak
-reserved" is torch.cuda.max_memory_reserved (no CUDA context); "max context" is the longest sequence that fit, whose
-measured value is the GPU's memory (peak just under capacity, an upper bound). An estimated requirement is no
-measurement and is skipped."""
+reserved" is torch.cuda.max_memory_reserved (no CUDA context, no NCCL buffers); "max context" is the longest
+sequence that fit, whose measured value is the GPU's memory (peak just under capacity, an upper bound). An estimated
+requirement is no measurement and is skipped."""
 
 
 def _training_memory_row(row: dict[str, str], lookup: Lookup, skipped: Skipped) -> Iterator[Comparison]:
     """Published training peaks per GPU (LoRA, QLoRA, full): gpufly's per-GPU figure, less what the measurement
-    leaves out (TRAINING_MEMORY_KINDS), against the measured value in GiB. FSDP full sharding is ZeRO-3."""
+    leaves out (TRAINING_MEMORY_KINDS), against the measured value in GiB. FSDP full sharding is ZeRO-3; the recipe
+    column is the precision recipe (mixed: fp32 master and adapters, PEFT's fp32 upcast for QLoRA; bf16: pure bf16)."""
     kind = row["measurement"].strip()
     if kind not in TRAINING_MEMORY_KINDS:
         skipped.add(f"training-memory row not a measurement: {row['measurement']}")
@@ -382,9 +396,10 @@ def _training_memory_row(row: dict[str, str], lookup: Lookup, skipped: Skipped) 
     sharded = gpus > 1 and "full shard" in row["framework"]
     targets = row["lora_targets"].strip()
     job = Job(task=method, quant=QUANTS.get(row["precision"].strip(), row["precision"].strip()),
-              mixed_precision=row["precision"].strip() != "fp32", batch=count(row["batch"], 1),
+              mixed_precision=row["precision"].strip() != "fp32", master_weights=row.get("recipe") != "bf16",
+              batch=count(row["batch"], 1),
               context=count(row["seq_len"], 1), gpus=gpus, zero=3 if sharded else 0,
-              optimizer=row["optimizer"].strip() or "adamw",
+              optimizer=row["optimizer"].strip() or "adamw", offload=row.get("offload") or "none",
               checkpointing=row["gradient_checkpointing"].strip() == "True", lora_rank=count(row["lora_rank"], 16),
               **({} if targets in ("", "all-linear") else {"lora_targets": tuple(targets.split(";"))}))
     measured = number(row["measured_gb"])

@@ -31,7 +31,8 @@ def test_fit_verdict_breakdown_and_speed(cli) -> None:
 
 
 def test_fit_that_fails_offers_changes_that_fit_and_exits_1(cli) -> None:
-    result = cli("fit", LLAMA, "--gpu", "rtx 3060", "--task", "full", "--ctx", "2048", "--json")
+    """A 16 GB card: Unsloth's table fits 2,551 tokens of HF QLoRA on an 8B there (932 on 12 GB)."""
+    result = cli("fit", LLAMA, "--gpu", "rtx 4080", "--task", "full", "--ctx", "2048", "--json")
     assert result.code == 1
     data = json.loads(result.stdout)
     verdict = data["results"][0]
@@ -162,7 +163,8 @@ def test_qlora_across_gpus_shards_with_zero_3_and_fsdp(cli) -> None:
 
     plain, zero3, fsdp = items(), items("--zero", "3"), items("--fsdp", "full_shard")
     assert zero3 == fsdp
-    assert zero3["weights"] == plain["weights"] // 4
+    constants = round((70_553_706_496 - 2 * 128256 * 8192 - 1_318_912) * 0.127 / 8)
+    assert zero3["weights"] == (plain["weights"] - constants) // 4 + constants, "NF4's constants stay whole"
     assert zero3["optimizer"] == plain["optimizer"] // 4
 
 
@@ -244,6 +246,19 @@ class Config:
      "error: vLLM cannot split llama-3.1-8b's 32 attention heads and 8 KV heads across 5 GPUs"),
     (("fit", LLAMA, "--gpu", "4090", "--engine", "vllm", "--gpu-memory-utilization", "2"),
      "error: --gpu-memory-utilization must be within 0.05..1"),
+    (("fit", LLAMA, "--gpu", "4090", "--task", "full", "--precision", "fp16"), "error: unknown precision 'fp16'"),
+    (("fit", LLAMA, "--gpu", "4090", "--task", "full", "--fp32", "--precision", "bf16"),
+     "error: --fp32 and --precision bf16 contradict each other"),
+    (("fit", LLAMA, "--gpu", "4090", "--task", "full", "--checkpointing-mode", "partial"),
+     "error: unknown checkpointing mode 'partial'"),
+    (("fit", LLAMA, "--gpu", "4090", "--task", "lora", "--no-checkpointing", "--checkpointing-mode", "selective"),
+     "error: --no-checkpointing and --checkpointing-mode selective contradict each other"),
+    (("fit", LLAMA, "--gpu", "4090", "--task", "full", "--attention", "flash3"), "error: unknown attention 'flash3'"),
+    (("fit", LLAMA, "--gpu", "4090", "--task", "full", "--offload", "nvme"), "error: unknown offload 'nvme'"),
+    (("fit", LLAMA, "--gpu", "4090", "--task", "full", "--cuda-context", "-1"),
+     "error: --cuda-context must be within 0..64 GiB"),
+    (("fit", LLAMA, "--gpu", "4090", "--task", "full", "--cuda-context", "nan"),
+     "error: --cuda-context must be within 0..64 GiB"),
     (("recommend", LLAMA, "--budget", "-1"), "error: --budget must be positive"),
     (("recommend", LLAMA, "--prefer", "vibes"), "error: unknown preference 'vibes'"),
     (("recommend", LLAMA, "--max-gpus", "0"), "error: --max-gpus must be at least 1, got 0"),
@@ -536,3 +551,21 @@ def test_fit_with_ollama_takes_ollamas_defaults(cli) -> None:
     assert job["quant"] == "q4_k_m" and job["context"] == 32768 and job["flash_attention"] is False
     small = json.loads(cli("fit", LLAMA, "--gpu", "rtx 3060", "--engine", "ollama", "--json").stdout)
     assert (small["results"][0].get("job") or small["job"])["context"] == 4096
+
+
+def test_training_recipes_are_options_and_items(cli) -> None:
+    def items(*extra: str) -> dict[str, int]:
+        data = json.loads(cli("fit", LLAMA, "--gpu", "h100 sxm", "--task", "full", "--ctx", "2048", *extra,
+                              "--json").stdout)
+        memory = data["results"][0]["memory"]
+        return {item["name"]: item["bytes"] for item in memory["items"]} | {"host": memory["host_bytes"]}
+
+    mixed, bf16 = items(), items("--precision", "bf16")
+    assert bf16["optimizer"] == mixed["optimizer"] // 3 and bf16["weights"] == mixed["weights"]
+    assert items("--optimizer-in-backward")["gradients"] == 2 * 128256 * 4096
+    offloaded = items("--offload", "optimizer")
+    assert offloaded["optimizer"] == 0 and offloaded["host"] > mixed["optimizer"]
+    assert items("--cuda-context", "1.25")["runtime"] == round(1.25 * 2**30)
+    assert items("--attention", "eager")["activations"] > items("--attention", "sdpa")["activations"]
+    text = cli("fit", LLAMA, "--gpu", "h100 sxm", "--task", "full", "--offload", "optimizer").stdout
+    assert "host memory for --offload optimizer" in text

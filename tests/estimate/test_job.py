@@ -119,3 +119,62 @@ def test_bad_options_are_one_error_each(llama, options: dict, message: str) -> N
 def test_to_dict_is_the_json_the_cli_prints(llama) -> None:
     data = Job.from_options(llama, context=8192).to_dict()
     assert data["context"] == 8192 and data["lora_targets"] == DEFAULT_LORA_TARGETS
+
+
+@pytest.mark.parametrize(("options", "precision"), [
+    ({}, "mixed"), ({"precision": "bf16"}, "bf16"), ({"precision": "FP32"}, "fp32"), ({"fp32": True}, "fp32"),
+    ({"fp32": True, "precision": "fp32"}, "fp32"),
+])
+def test_precision_recipes_and_the_fp32_alias(llama, options: dict, precision: str) -> None:
+    job = Job.from_options(llama, task="full", **options)
+    assert job.precision == precision and job.to_dict()["precision"] == precision
+    assert job.mixed_precision is (precision != "fp32")
+
+
+@pytest.mark.parametrize(("options", "mode", "fraction"), [
+    ({"task": "full"}, "none", 0.0), ({"task": "qlora"}, "full", 1.0),
+    ({"task": "full", "checkpointing": True}, "full", 1.0),
+    ({"task": "full", "checkpointing_mode": "selective"}, "selective", 0.5),
+    ({"task": "lora", "checkpointing": True, "checkpointing_mode": "selective"}, "selective", 0.5),
+    ({"task": "lora", "checkpointing_mode": "none"}, "none", 0.0),
+])
+def test_checkpointing_modes(llama, options: dict, mode: str, fraction: float) -> None:
+    job = Job.from_options(llama, **options)
+    assert (job.checkpointing_mode, job.recompute_forward_fraction) == (mode, fraction)
+    assert job.checkpointing is (mode != "none")
+
+
+def test_training_attention_offload_and_context_options(llama) -> None:
+    job = Job.from_options(llama, task="full", attention="eager", offload="params", cuda_context_gib=1.25,
+                           optimizer_in_backward=True)
+    assert (job.attention, job.flash_attention, job.offload, job.cuda_context_bytes, job.optimizer_in_backward) == (
+        "eager", False, "params", round(1.25 * 2**30), True)
+    assert Job.from_options(llama, task="full", attention="sdpa").attention == "sdpa"
+    assert Job.from_options(llama, task="full").attention == "flash"
+    assert Job.from_options(llama, task="full", offload="none").offload == "none"
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"precision": "fp16"}, "unknown precision 'fp16'"),
+    ({"precision": "bf16", "fp32": True}, "--fp32 and --precision bf16 contradict each other"),
+    ({"checkpointing": False, "checkpointing_mode": "full"}, "--no-checkpointing and --checkpointing-mode full"),
+    ({"checkpointing": True, "checkpointing_mode": "none"}, "--checkpointing and --checkpointing-mode none"),
+    ({"checkpointing_mode": "some"}, "unknown checkpointing mode 'some'"),
+    ({"attention": "xformers"}, "unknown attention 'xformers'"),
+    ({"offload": "disk"}, "unknown offload 'disk'"),
+    ({"cuda_context_gib": -0.5}, "--cuda-context must be within 0..64 GiB"),
+    ({"cuda_context_gib": float("inf")}, "--cuda-context must be within 0..64 GiB"),
+    ({"optimizer": "paged-adam"}, "unknown optimizer 'paged-adam'"),
+])
+def test_bad_training_options_are_one_error_with_a_hint(llama, options: dict, message: str) -> None:
+    with pytest.raises(GpuflyError, match=message) as raised:
+        Job.from_options(llama, task="full", **options)
+    assert raised.value.hint
+
+
+def test_training_options_given_to_inference_are_notes(llama) -> None:
+    notes = _notes(llama, precision="bf16", checkpointing_mode="full", attention="eager", optimizer_in_backward=True,
+                   offload="optimizer", cuda_context_gib=1.0)
+    assert [note.split(" ")[0] for note in notes] == ["--precision", "--checkpointing-mode", "--attention",
+                                                      "--optimizer-in-backward", "--offload", "--cuda-context"]
+    assert all(note.endswith("(ignored)") for note in notes)

@@ -125,7 +125,8 @@ def test_zero_and_fsdp_shard_lora_and_qlora(llama8b: ModelSpec, task: str) -> No
     assert by_stage[1].get("lora_adapters") == 8 * adapters
     assert by_stage[2].get("lora_adapters") == 4 * adapters + 4 * adapters // 4
     assert by_stage[2].get("weights") == base
-    assert by_stage[3].get("weights") == base // 4
+    constants = 0 if task == "lora" else round((llama8b.params - 2 * 128256 * 4096 - 266240) * 0.127 / 8)
+    assert by_stage[3].get("weights") == (base - constants) // 4 + constants, "NF4's constants are no parameter"
     assert by_stage[3].get("lora_adapters") == 2 * (4 * adapters // 4)
     totals = [by_stage[stage].total_bytes for stage in (0, 1, 2, 3)]
     assert totals == sorted(totals, reverse=True) and totals[3] < totals[0] - base // 2
@@ -262,3 +263,114 @@ def test_checkpointing_follows_the_recipe_unless_overridden(llama8b: ModelSpec, 
     job = Job.from_options(llama8b, task=task, checkpointing=option)
     assert job.checkpointing is applies
     assert any(words in note for note in training_memory(llama8b, job).notes)
+
+
+def _items(spec: ModelSpec, job: Job) -> dict[str, int]:
+    return {item.name: item.bytes for item in training_memory(spec, job).items}
+
+
+def test_pure_bf16_keeps_2_b_weights_2_b_gradients_and_4_b_adam_states(llama8b: ModelSpec) -> None:
+    """torchtune's full fine-tune: bf16 weights (2 B), bf16 gradients (2 B), AdamW's two moments in bf16 (4 B): 8 B
+    per param against mixed precision's 16 (2 + 2 + fp32 master 4 + fp32 moments 8)."""
+    params = llama8b.params
+    mixed = _items(llama8b, Job(task="full"))
+    bf16 = _items(llama8b, Job(task="full", master_weights=False))
+    assert (bf16["weights"], bf16["gradients"], bf16["optimizer"]) == (2 * params, 2 * params, 4 * params)
+    assert mixed["optimizer"] == 12 * params
+    assert {name: value for name, value in bf16.items() if name not in ("optimizer", "allocator")} == {
+        name: value for name, value in mixed.items() if name not in ("optimizer", "allocator")}
+    assert Job(task="full", master_weights=False).precision == "bf16"
+    assert _items(llama8b, Job(task="full", master_weights=False, optimizer="adamw8bit"))["optimizer"] == 2 * params
+
+
+def test_optimizer_in_backward_keeps_only_the_largest_gradient(llama8b: ModelSpec) -> None:
+    base = _items(llama8b, Job(task="full", master_weights=False))
+    eager_step = _items(llama8b, Job(task="full", master_weights=False, optimizer_in_backward=True))
+    assert eager_step["gradients"] == 2 * 128256 * 4096, "the embedding is Llama 3.1 8B's largest tensor"
+    assert {k: v for k, v in eager_step.items() if k not in ("gradients", "allocator")} == {
+        k: v for k, v in base.items() if k not in ("gradients", "allocator")}
+    lora = _items(llama8b, Job(task="lora", optimizer_in_backward=True))
+    assert lora["lora_adapters"] < _items(llama8b, Job(task="lora"))["lora_adapters"]
+
+
+def test_offload_moves_state_to_host_memory_and_says_how_much(llama8b: ModelSpec) -> None:
+    params = llama8b.params
+    on_gpu = training_memory(llama8b, Job(task="full"))
+    optimizer = training_memory(llama8b, Job(task="full", offload="optimizer"))
+    assert optimizer.get("optimizer") == 0 and optimizer.get("weights") == on_gpu.get("weights")
+    assert optimizer.get("gradients") < on_gpu.get("gradients") / 10
+    assert optimizer.host_bytes == 12 * params + 2 * params, "master + Adam states + the gradients"
+    assert any("host memory for --offload optimizer" in note for note in optimizer.notes)
+    everything = training_memory(llama8b, Job(task="full", offload="params"))
+    assert everything.get("weights") == 0 and everything.get("gathered") > 0
+    assert everything.host_bytes == optimizer.host_bytes + 2 * params
+    assert on_gpu.host_bytes == 0 and on_gpu.to_dict()["host_bytes"] == 0
+
+
+def test_eager_attention_adds_a_term_quadratic_in_the_context(llama8b: ModelSpec) -> None:
+    def extra(context: int) -> int:
+        job = Job(task="full", context=context)
+        flash = training_memory(llama8b, job).get("activations")
+        return training_memory(llama8b, job.with_(flash_attention=False)).get("activations") - flash
+
+    assert extra(4096) / extra(2048) == pytest.approx(4, rel=0.01)
+    sdpa = training_memory(llama8b, Job(task="full", sdpa=True))
+    assert sdpa.get("activations") == training_memory(llama8b, Job(task="full")).get("activations")
+    assert Job(sdpa=True).attention == "sdpa" and Job(flash_attention=False).attention == "eager"
+
+
+def test_selective_checkpointing_lies_between_none_and_full(llama8b: ModelSpec) -> None:
+    jobs = [Job(task="full", context=4096), Job(task="full", context=4096, checkpointing=True, selective=True),
+            Job(task="full", context=4096, checkpointing=True)]
+    none, selective, full = (training_memory(llama8b, job).get("activations") for job in jobs)
+    assert none > selective > full
+    assert [job.recompute_forward_fraction for job in jobs] == [0.0, 0.5, 1.0]
+    assert [job.checkpointing_mode for job in jobs] == ["none", "selective", "full"]
+
+
+def test_the_cuda_context_is_an_item_a_user_can_set(llama8b: ModelSpec) -> None:
+    default = training_memory(llama8b, Job(task="qlora"))
+    assert default.get("runtime") == 500 * 2**20 and "pytorch#86509" in next(
+        item.note for item in default.items if item.name == "runtime")
+    assert training_memory(llama8b, Job(task="qlora", cuda_context_bytes=GIB)).get("runtime") == GIB
+    assert default.get("nccl") == 0
+    assert training_memory(llama8b, Job(task="qlora", gpus=2)).get("nccl") > 0
+
+
+def test_paged_optimizers_hold_what_their_unpaged_twins_do_and_say_so(llama8b: ModelSpec) -> None:
+    paged = training_memory(llama8b, Job(task="full", optimizer="paged-adamw8bit"))
+    assert paged.get("optimizer") == training_memory(llama8b, Job(task="full", optimizer="adamw8bit")).get("optimizer")
+    assert any("pages its states to host memory" in note for note in paged.notes)
+
+
+def test_peft_qlora_holds_the_unquantized_parameters_in_fp32(llama8b: ModelSpec) -> None:
+    """prepare_model_for_kbit_training casts the embeddings, LM head and norms to fp32: 2 B more each."""
+    unquantized = 2 * 128256 * 4096 + 266240
+    peft = _items(llama8b, Job(task="qlora"))
+    pure = _items(llama8b, Job(task="qlora", master_weights=False))
+    assert peft["weights"] - pure["weights"] == 2 * unquantized
+    assert peft["lora_adapters"] == 2 * pure["lora_adapters"], "fp32 adapters against bf16"
+    assert peft["activations"] > pure["activations"], "the residual stream is fp32 after an fp32 embedding"
+
+
+def test_the_loss_logits_grow_with_the_vocabulary_and_the_tokens(llama8b: ModelSpec) -> None:
+    short, long = (training_memory(llama8b, Job(task="qlora", context=context)).get("activations")
+                   for context in (8192, 16384))
+    assert long - short >= 14 * 8192 * 128256
+
+
+def test_more_than_one_gpu_adds_nccl_buffers_and_the_streams_allocator_share(llama8b: ModelSpec) -> None:
+    pcie = training_memory(llama8b, Job(task="qlora", gpus=2, link="pcie"))
+    nvlink = training_memory(llama8b, Job(task="qlora", gpus=2, link="nvlink"))
+    assert nvlink.get("nccl") == 8 * pcie.get("nccl") and pcie.get("nccl") == 4 * 36 * 2**20
+    one = training_memory(llama8b, Job(task="qlora"))
+    assert one.get("allocator") / one.without("allocator", "runtime") == pytest.approx(0.05, rel=1e-3)
+    assert pcie.get("allocator") / pcie.without("allocator", "runtime", "nccl") == pytest.approx(0.18, rel=1e-3)
+
+
+def test_offloaded_qlora_keeps_only_the_nf4_constants_and_the_gathered_units(llama8b: ModelSpec) -> None:
+    job = Job(task="qlora", gpus=2, zero=3, master_weights=False, offload="params")
+    offloaded = training_memory(llama8b, job)
+    constants = round((llama8b.params - 2 * 128256 * 4096 - 266240) * 0.127 / 8)
+    assert offloaded.get("weights") == constants and offloaded.get("gathered") > 0
+    assert offloaded.host_bytes > weight_bytes(llama8b, weight_format("nf4")) // 2 - constants

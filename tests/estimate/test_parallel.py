@@ -26,27 +26,46 @@ def h100() -> GpuSpec:
     return next(spec for spec in default_catalog() if spec.id == "h100-sxm")
 
 
+MICRO_BATCH_ITEMS = ["compute", "attention", "elementwise memory traffic", "weight casts and gradient accumulation"]
+"""A full mixed-precision training micro-batch's items, in the order the step shows them."""
+
+
 def names(step) -> list[str]:
     return [part.name for part in step.parts]
+
+
+def part(step, name: str) -> float:
+    return next(item.seconds for item in step.parts if item.name == name)
 
 
 def test_data_parallel_step_is_compute_plus_what_the_network_leaves_exposed(h100) -> None:
     fast = training_step(LLAMA, h100, Job(task="full", gpus=8, nodes=2, zero=3))
     slow = training_step(LLAMA, h100, Job(task="full", gpus=8, nodes=2, zero=3, internode="eth-10"))
     assert fast is not None and slow is not None
-    assert names(fast) == ["compute", "data-parallel communication (exposed)"]
-    assert fast.parts[1].seconds == 0, "InfiniBand NDR hides FSDP's traffic behind compute"
-    assert slow.parts[1].seconds > 10 * slow.parts[0].seconds, "10 GbE cannot move 3 x 16 GB per step in time"
+    assert names(fast) == [*MICRO_BATCH_ITEMS, "optimizer step", "data-parallel communication (exposed)"]
+    assert part(fast, "data-parallel communication (exposed)") == 0, "InfiniBand NDR hides FSDP's traffic"
+    assert part(slow, "data-parallel communication (exposed)") > 10 * part(slow, "compute"), (
+        "10 GbE cannot move 3 x 16 GB per step in time")
     assert fast.samples == 16 and fast.layout == (1, 1, 16)
+
+
+def test_zero_shards_the_optimizer_step_over_the_data_parallel_gpus(h100) -> None:
+    ddp = training_step(LLAMA, h100, Job(task="full", gpus=8))
+    zero1 = training_step(LLAMA, h100, Job(task="full", gpus=8, zero=1))
+    assert ddp is not None and zero1 is not None
+    assert part(zero1, "optimizer step") == pytest.approx(part(ddp, "optimizer step") / 8)
+    assert part(zero1, "compute") == part(ddp, "compute"), "ZeRO-1 leaves each GPU's micro-batch as it was"
 
 
 def test_tensor_and_pipeline_parallel_add_their_items(h100) -> None:
     step = training_step(LLAMA, h100, Job(task="full", gpus=8, nodes=4, tensor_parallel=8, pipeline_parallel=4))
     assert step is not None and step.layout == (8, 4, 1)
-    assert names(step) == ["compute", "tensor-parallel all-reduce", "pipeline bubble", "pipeline sends"]
+    assert names(step) == [*MICRO_BATCH_ITEMS, "optimizer step", "tensor-parallel all-reduce", "pipeline bubble",
+                           "pipeline sends"]
     assert step.microbatches == 16, "4 micro-batches per stage by default"
-    compute, tensor, bubble, _sends = (part.seconds for part in step.parts)
-    assert bubble == pytest.approx((compute + tensor) * 3 / 16), "1F1B: (p-1)/m of the micro-batches' time"
+    micro_batches = sum(part(step, name) for name in (*MICRO_BATCH_ITEMS, "tensor-parallel all-reduce"))
+    assert part(step, "pipeline bubble") == pytest.approx(micro_batches * 3 / 16), (
+        "1F1B: (p-1)/m of the micro-batches' time")
 
 
 def test_global_batch_sets_the_micro_batches_and_must_divide(h100) -> None:

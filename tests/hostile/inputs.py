@@ -424,6 +424,9 @@ NUMBERS: tuple[Number, ...] = (
            accepts=frozenset({"huge"})),
     Number("fit --global-batch", (*_FIT_NODES, "--global-batch", "{value}")),  # huge: not a multiple of 8 ranks
     Number("fit --nics", (*_FIT_NODES, "--nodes", "2", "--nics", "{value}"), accepts=frozenset({"huge"})),
+    Number("fit --cuda-context", (*_FIT_TRAIN, "--cuda-context", "{value}"), accepts=frozenset({"zero", "a fraction"})),
+    Number("recommend --cuda-context", (*_RECOMMEND, "--task", "full", "--cuda-context", "{value}"),
+           accepts=frozenset({"zero", "a fraction"})),
     Number("recommend --nodes", ("recommend", "llama-3.1-8b", "--task", "full", "--top", "1", "--nodes", "{value}"),
            accepts=frozenset({"huge"})),
     Number("recommend --ctx", (*_RECOMMEND, "--ctx", "{value}"), accepts=frozenset({"huge"})),

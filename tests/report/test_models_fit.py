@@ -42,4 +42,5 @@ def test_training_on_several_gpus_shards_the_weights_as_recommend_does(catalog) 
     one, eight = (model_fit_rows([(catalog.get("h100-sxm"), count)], models=("llama-3.1-8b",), kinds=full)[0]
                   for count in (1, 8))
     assert not one.fits and eight.fits, "ZeRO-3 over 8 GPUs holds what one cannot"
-    assert eight.needs_bytes < one.needs_bytes / 3, "weights, gradients and optimizer states split 8 ways"
+    assert one.needs_bytes - eight.needs_bytes > 0.8 * 16 * 8.03e9 * 7 / 8, (
+        "weights, gradients and optimizer states (16 B a parameter) split 8 ways")

@@ -43,7 +43,9 @@ EngineOpt = Annotated[str | None, typer.Option(
     "of free memory), exllamav2 (EXL2/GPTQ, KV for the whole --ctx), mlc-llm (q4f16_1, 0.85 of memory) or ollama "
     "(llama.cpp with Ollama's defaults: Q4_K_M, context by GPU memory, no flash attention). Default: llama.cpp for "
     "GGUF files and formats, else transformers.", show_default=False)]
-Optimizer = Annotated[str, typer.Option("--optimizer", help="adamw, adamw8bit, sgd, sgd-momentum, adafactor.")]
+Optimizer = Annotated[str, typer.Option(
+    "--optimizer", help="adamw, adamw8bit, paged-adamw, paged-adamw8bit (bitsandbytes: states paged to host memory "
+    "under pressure), sgd, sgd-momentum, adafactor.")]
 Zero = Annotated[int, typer.Option("--zero", help="ZeRO/FSDP stage 0-3 across the GPUs.")]
 Checkpointing = Annotated[bool | None, typer.Option(
     "--checkpointing/--no-checkpointing", help="Full activation checkpointing. Default: the task's recipe (on for "
@@ -55,7 +57,27 @@ LoraTargets = Annotated[str | None, typer.Option(
 GpuMemory = Annotated[float, typer.Option("--gpu-memory-utilization",
                                           help="vLLM: the share of each GPU's memory it may claim.")]
 Fsdp = Annotated[str | None, typer.Option("--fsdp", help="FSDP: full_shard (= ZeRO-3) or shard_grad_op (= ZeRO-2).")]
-Fp32 = Annotated[bool, typer.Option("--fp32", help="Train in fp32 instead of mixed precision.")]
+Fp32 = Annotated[bool, typer.Option("--fp32", help="Train in fp32 instead of mixed precision (= --precision fp32).")]
+Precision = Annotated[str | None, typer.Option(
+    "--precision", help="Training recipe: mixed (bf16 compute, fp32 master weights and optimizer states; PEFT's fp32 "
+    "upcast for QLoRA), bf16 (pure bf16 weights, gradients and optimizer states, as torchtune's full fine-tune) or "
+    "fp32. Default: mixed.", show_default=False)]
+CheckpointingMode = Annotated[str | None, typer.Option(
+    "--checkpointing-mode", help="Activation checkpointing: none, selective (every other layer, torchtitan's "
+    "selective_ac_option 2) or full. Default: the task's recipe, as --checkpointing.", show_default=False)]
+Attention = Annotated[str | None, typer.Option(
+    "--attention", help="Training attention: flash, sdpa (flash or memory-efficient kernels on CUDA) or eager (stores "
+    "s x s softmax per head and layer). Default: flash.", show_default=False)]
+OptimizerInBackward = Annotated[bool, typer.Option(
+    "--optimizer-in-backward", help="Step each parameter as backward makes its gradient (torchtune's "
+    "optimizer_in_bwd): only the largest gradient is live.")]
+Offload = Annotated[str | None, typer.Option(
+    "--offload", help="Training state in host memory: optimizer (ZeRO-Offload: gradients, master weights and "
+    "optimizer states) or params (also the weights, FSDP CPU offload). Default: none.", show_default=False)]
+CudaContext = Annotated[float | None, typer.Option(
+    "--cuda-context", metavar="GIB", help="Training: the CUDA context in GiB, as nvidia-smi shows for an idle torch "
+    "process. Default: 0.49 (0.27-0.62 with lazy or eager module loading; more with many libraries' kernels).",
+    show_default=False)]
 Nodes = Annotated[int, typer.Option("--nodes", help="Nodes of --gpu COUNTxNAME each (training: data, pipeline or "
                                      "tensor parallel across them; vLLM inference: a pipeline stage per node).")]
 Link = Annotated[str | None, typer.Option(
@@ -111,13 +133,24 @@ def _describe(spec: ModelSpec, job: Job) -> str:
         tp, pp, dp = job.layout
         extra += f", tp {tp} x pp {pp} x dp {dp}"
     if job.checkpointing:
-        extra += _(", gradient checkpointing")
+        extra += _(", selective checkpointing") if job.selective else _(", gradient checkpointing")
+    extra += _training_extras(job) if job.training else ""
     params = (_("{params} B params, {active} B active") if spec.active_params else _("{params} B params")).format(
         params=f"{spec.params / 1e9:.2f}", active=f"{(spec.active_params or 0) / 1e9:.1f}")
     task = what[job.task].format(quant=job.quant, rank=job.lora_rank)
     return _("{model} ({params}; {method}): {task}, ctx {ctx}, batch {batch}{extra}").format(
         model=spec.name, params=params, method=spec.params_method, task=task, ctx=f"{job.context:,}",
         batch=job.batch, extra=extra)
+
+
+def _training_extras(job: Job) -> str:
+    """The training recipe's choices that differ from the defaults, for the job's one-line description."""
+    said = [text for text, on in (
+        (_("pure bf16"), job.precision == "bf16"),
+        (_("{attention} attention").format(attention=job.attention), job.attention != "flash"),
+        (_("optimizer in backward"), job.optimizer_in_backward),
+        (_("{offload} offloaded").format(offload=job.offload), job.offload != "none")) if on]
+    return "".join(f", {text}" for text in said)
 
 
 def _gib(value: int | float) -> str:
@@ -186,7 +219,8 @@ def _item(name: str) -> str:
     """A memory item's name (``kv_cache``, as in the JSON) in the reader's language."""
     return {"weights": _("weights"), "kv_cache": _("kv_cache"), "activations": _("activations"),
             "allocator": _("allocator"), "runtime": _("runtime"), "gradients": _("gradients"),
-            "optimizer": _("optimizer"), "lora_adapters": _("lora_adapters")}.get(name, name)
+            "optimizer": _("optimizer"), "lora_adapters": _("lora_adapters"), "gathered": _("gathered"),
+            "nccl": _("nccl")}.get(name, name)
 
 
 def render_fit(verdict: Fit, changes: list[Change], out: Console) -> None:
@@ -399,7 +433,9 @@ def fit(
     checkpointing: Checkpointing = None, lora_rank: LoraRank = None, lora_targets: LoraTargets = None,
     fsdp: Fsdp = None, fp32: Fp32 = False, gpu_memory_utilization: GpuMemory = 0.9,
     nodes: Nodes = 1, link: Link = None, internode: InternodeOpt = None, nics: Nics = None, tp: Tp = 1, pp: Pp = 1,
-    microbatches: Microbatches = None, global_batch: GlobalBatch = None,
+    microbatches: Microbatches = None, global_batch: GlobalBatch = None, precision: Precision = None,
+    checkpointing_mode: CheckpointingMode = None, attention: Attention = None,
+    optimizer_in_backward: OptimizerInBackward = False, offload: Offload = None, cuda_context: CudaContext = None,
     max_ctx: Annotated[bool, typer.Option("--max-ctx", help="Solve for the longest context that fits.")] = False,
     max_batch: Annotated[bool, typer.Option("--max-batch", help="Solve for the largest batch that fits.")] = False,
     exact: Annotated[bool, typer.Option("--exact", help="Count parameters on the meta device (transformers).")] = False,
@@ -437,7 +473,10 @@ def fit(
                             gpu_memory_utilization=gpu_memory_utilization,
                             gpus=targets[0].count if targets else 1, nodes=nodes, link=link,
                             internode=internode, nics=nics, tensor_parallel=tp, pipeline_parallel=pp,
-                            microbatches=microbatches, global_batch=global_batch, note=print_note)
+                            microbatches=microbatches, global_batch=global_batch, precision=precision,
+                            checkpointing_mode=checkpointing_mode, attention=attention,
+                            optimizer_in_backward=optimizer_in_backward, offload=offload,
+                            cuda_context_gib=cuda_context, note=print_note)
     out = console()
     solve = {"max_ctx": max_ctx, "max_batch": max_batch}
     if not targets:
@@ -553,6 +592,8 @@ def recommend(
     engine: EngineOpt = None, optimizer: Optimizer = "adamw", checkpointing: Checkpointing = None,
     lora_rank: LoraRank = None, lora_targets: LoraTargets = None, fp32: Fp32 = False,
     gpu_memory_utilization: GpuMemory = 0.9, nodes: Nodes = 1, internode: InternodeOpt = None, nics: Nics = None,
+    precision: Precision = None, checkpointing_mode: CheckpointingMode = None, attention: Attention = None,
+    optimizer_in_backward: OptimizerInBackward = False, offload: Offload = None, cuda_context: CudaContext = None,
     budget: Annotated[
         float | None, typer.Option("--budget", metavar="USD", help="Most to spend (launch prices).")
     ] = None,
@@ -583,7 +624,10 @@ def recommend(
                            kv_format=kv,
                            engine=engine, optimizer=optimizer, checkpointing=checkpointing, lora_rank=lora_rank,
                            fp32=fp32, lora_targets=lora_targets, gpu_memory_utilization=gpu_memory_utilization,
-                           nodes=nodes, internode=internode, nics=nics, note=print_note)
+                           nodes=nodes, internode=internode, nics=nics, precision=precision,
+                           checkpointing_mode=checkpointing_mode, attention=attention,
+                           optimizer_in_backward=optimizer_in_backward, offload=offload, cuda_context_gib=cuda_context,
+                           note=print_note)
     ranking = rank(spec, job, default_catalog(), budget_usd=budget, max_gpus=max_gpus, prefer=prefer)
     if json_out:
         print_json({"schema_version": SCHEMA_VERSION, "model": spec.to_dict(), "job": job.to_dict(),

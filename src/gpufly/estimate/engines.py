@@ -299,19 +299,6 @@ four Apple fit rows alone wanted more of the drop on Metal (1.5 times it, at 0.8
 second constant on four rows that did worse on the check set's M3 Max rows and was not kept; Apple takes the same
 share, with its own unified_bandwidth_factor."""
 
-TRAINING_MFU = 0.70
-"""Share of the dense tensor rate a training step's matmuls reach (the elementwise traffic below is counted apart,
-so this is the GEMMs' own share: cuBLAS reaches 0.7-0.85 of peak on large GEMMs, estimate/calibrate.py). Fitted
-with TRAINING_ATTENTION_COST on the fit set's training rows (Lambda ResNet/BERT and llm-foundry MPT, 107 rows) by
-the least mean |log(measured / predicted)| over MFU 0.55-0.70 (kept at most 0.70, the low end of cuBLAS's share)
-and attention cost 1.5-2.5: 0.264 before (MFU 0.50, cost 1), 0.193 after; on the check set 0.225 -> 0.159."""
-TRAINING_ATTENTION_COST = 2.25
-"""Time of one attention FLOP in training, in matmul FLOPs: flash attention recomputes its forward in the backward
-(four passes where the matmuls take three) and its kernels reach a lower share of peak than GEMMs (FlashAttention-2
-reports 50-73% of peak on A100). Fitted with TRAINING_MFU."""
-TRAINING_TRAFFIC_PER_ACTIVATION_BYTE = 12.0
-"""Bytes of memory traffic per byte of saved activations in a training step: each is written in
-the forward, read in the backward, and elementwise kernels read and write around it. Fitted."""
 ELEMENTWISE_BANDWIDTH_EFFICIENCY = 0.8
 """Share of the datasheet bandwidth streaming kernels reach (norms, softmax, casts, dequantization): a prefill's
 traffic besides its matmuls, and a training step's elementwise work."""

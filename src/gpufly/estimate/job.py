@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -13,7 +14,23 @@ if TYPE_CHECKING:
     from gpufly.models.spec import ModelSpec
 
 TASKS = ("infer", "lora", "qlora", "full")
-OPTIMIZERS = ("adamw", "adamw8bit", "sgd", "sgd-momentum", "adafactor")
+OPTIMIZERS = ("adamw", "adamw8bit", "paged-adamw", "paged-adamw8bit", "sgd", "sgd-momentum", "adafactor")
+PAGED_OPTIMIZERS = ("paged-adamw", "paged-adamw8bit")
+"""bitsandbytes' paged optimizers: states in CUDA unified memory, evicted to host memory under pressure."""
+PRECISIONS = ("mixed", "bf16", "fp32")
+"""Training precision recipes: mixed (16-bit compute, fp32 master weights and optimizer states), bf16 (pure bf16
+weights, gradients and optimizer states, torchtune's full fine-tune default) and fp32."""
+CHECKPOINTING_MODES = ("none", "selective", "full")
+"""Activation checkpointing: none, selective (every other transformer layer, torchtitan's selective_ac_option 2),
+full (every layer)."""
+SELECTIVE_RECOMPUTE_SHARE = 0.5
+"""Share of the layers' forward that selective checkpointing recomputes: every other layer."""
+ATTENTIONS = ("flash", "sdpa", "eager")
+"""Attention kernels in training: flash-attn, torch SDPA (flash or memory-efficient kernels on CUDA), eager."""
+OFFLOADS = ("none", "optimizer", "params")
+"""CPU offload: none; optimizer (ZeRO-Offload: gradients, fp32 master weights and optimizer states in host memory);
+params (also the weights, as FSDP's CPUOffload(offload_params=True) and ZeRO-3 offload_param do)."""
+MAX_CUDA_CONTEXT_GIB = 64.0
 DEFAULT_LORA_RANK = 16
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 FSDP_STAGES = {"full_shard": 3, "shard_grad_op": 2, "no_shard": 0}
@@ -59,6 +76,16 @@ class Job:
     pipeline_parallel: int = 1
     microbatches: int = 0
     global_batch: int = 0
+    master_weights: bool = True
+    """Mixed precision keeps fp32 master weights and optimizer states; False is pure bf16 (moot in fp32)."""
+    selective: bool = False
+    """Checkpointing, when on, covers every other layer instead of every layer."""
+    sdpa: bool = False
+    """Flash attention, when on, comes from torch SDPA rather than the flash-attn package."""
+    optimizer_in_backward: bool = False
+    offload: str = "none"
+    cuda_context_bytes: int = 0
+    """The runtime's CUDA context; 0 is the stack's default (memory.TRAINING_CUDA_CONTEXT)."""
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -77,6 +104,12 @@ class Job:
             if not isinstance(value, int) or value < 0:
                 raise GpuflyError(f"{flag} must be a positive whole number, got {value}", hint=f"e.g. {flag} 8")
         self._check_layout()
+        if self.offload not in OFFLOADS:
+            _bad("offload", self.offload, OFFLOADS)
+        if not isinstance(self.cuda_context_bytes, int) or not 0 <= self.cuda_context_bytes <= \
+                MAX_CUDA_CONTEXT_GIB * 2**30:
+            raise GpuflyError(f"--cuda-context must be within 0..{MAX_CUDA_CONTEXT_GIB:g} GiB, got "
+                              f"{self.cuda_context_bytes / 2**30:g}", hint="e.g. --cuda-context 1.3")
         if self.zero not in (0, 1, 2, 3):
             raise GpuflyError(f"--zero must be 0, 1, 2 or 3, got {self.zero}",
                               hint="ZeRO-1 shards optimizer states, 2 also gradients, 3 also weights")
@@ -92,7 +125,9 @@ class Job:
                      gpu_memory_utilization: float = 0.9, gpus: int = 1, nodes: int = 1, link: str | None = None,
                      internode: str | None = None, nics: int | None = None, tensor_parallel: int = 1,
                      pipeline_parallel: int = 1, microbatches: int | None = None, global_batch: int | None = None,
-                     note: Callable[[str], None] | None = None) -> Job:
+                     precision: str | None = None, checkpointing_mode: str | None = None,
+                     attention: str | None = None, optimizer_in_backward: bool = False, offload: str | None = None,
+                     cuda_context_gib: float | None = None, note: Callable[[str], None] | None = None) -> Job:
         """The Job a person's options describe for ``spec``, as `gpufly fit` and `recommend` take them.
 
         A GGUF file brings its own format (and llama.cpp for inference) as the defaults, and options the user gave
@@ -104,9 +139,15 @@ class Job:
         ``link`` (nvlink or pcie) and ``internode`` (a data/internode.json name) are resolved here; None is the
         GPU's default, chosen where the GPU is known (estimate/comms.py).
 
-        Options that contradict each other (`--fsdp full_shard --zero 2`) are refused; options the task does not use
-        (`--zero` for inference, `--lora-rank` for full training) are said, one sentence each, through ``note``: a
-        person who gave them expects them to count, and silence would let them believe they did.
+        ``precision`` (mixed, bf16, fp32) is the training recipe; ``fp32`` is its alias ``precision="fp32"``.
+        ``checkpointing_mode`` (none, selective, full) refines ``checkpointing``; ``attention`` (flash, sdpa, eager)
+        is the training attention kernel; ``offload`` (none, optimizer, params) puts training state in host memory;
+        ``cuda_context_gib`` replaces the stack's default CUDA context.
+
+        Options that contradict each other (`--fsdp full_shard --zero 2`, `--fp32 --precision bf16`) are refused;
+        options the task does not use (`--zero` for inference, `--lora-rank` for full training) are said, one
+        sentence each, through ``note``: a person who gave them expects them to count, and silence would let them
+        believe they did.
         """
         from gpufly.estimate.comms import internode as resolve_internode
         from gpufly.estimate.comms import link_kind
@@ -114,8 +155,18 @@ class Job:
         from gpufly.estimate.formats import kv_bytes, weight_format
         from gpufly.estimate.memory import lora_targets as resolve_targets
 
+        given_precision = precision
+        precision = _precision(precision, fp32)
+        mode = _checkpointing_mode(checkpointing, checkpointing_mode)
+        attention = _choice("attention", attention, ATTENTIONS)
+        offload = _choice("offload", offload, OFFLOADS)
         unused = _unused_options(task, zero=zero, fsdp=fsdp, lora_rank=lora_rank, lora_targets=lora_targets,
                                  checkpointing=checkpointing, fp32=fp32, quant=quant)
+        unused += _unused_training_options(task, precision=given_precision,
+                                           checkpointing_mode=checkpointing_mode, attention=attention,
+                                           optimizer_in_backward=optimizer_in_backward, offload=offload,
+                                           cuda_context_gib=cuda_context_gib)
+        fp32 = precision == "fp32"
         unused += _unused_scale_options(task, nodes=nodes, internode=internode, nics=nics,
                                         pipeline_parallel=pipeline_parallel, microbatches=microbatches,
                                         global_batch=global_batch)
@@ -141,8 +192,11 @@ class Job:
         for value, flag in ((nics, "--nics"), (microbatches, "--microbatches"), (global_batch, "--global-batch")):
             if value is not None and value <= 0:  # 0 inside a Job means "the default", never a user's 0
                 raise GpuflyError(f"{flag} must be a positive whole number, got {value}", hint=f"e.g. {flag} 8")
-        if checkpointing is None:
+        if mode is None:
             checkpointing = task in RECIPE_CHECKPOINTING and RECIPE_CHECKPOINTING[task][0]
+        else:
+            checkpointing = mode != "none"
+        context_bytes = _context_bytes(cuda_context_gib)
         targets = _target_list(lora_targets)
         if task in ("lora", "qlora"):
             targets = resolve_targets(spec, targets if lora_targets is not None else None)
@@ -153,13 +207,44 @@ class Job:
                   gpus=gpus, nodes=nodes, link=link, internode=internode, nics=nics or 0,
                   tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel, microbatches=microbatches or 0,
                   global_batch=global_batch or 0,
-                  flash_attention=runtime.flash_attention_default or task != "infer")
+                  flash_attention=_flash(runtime.flash_attention_default, task, attention),
+                  master_weights=precision != "bf16", selective=mode == "selective",
+                  sdpa=task != "infer" and attention == "sdpa", optimizer_in_backward=optimizer_in_backward,
+                  offload=offload or "none", cuda_context_bytes=context_bytes)
         for sentence in unused:  # once the options are known to be valid: a refused run needs no notes
             (note or _ignore)(sentence)
         return job
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "precision": self.precision, "checkpointing_mode": self.checkpointing_mode,
+                "attention": self.attention, "recompute_forward_fraction": self.recompute_forward_fraction}
+
+    @property
+    def precision(self) -> str:
+        """The training precision recipe: mixed, bf16 (pure bf16) or fp32."""
+        if not self.mixed_precision:
+            return "fp32"
+        return "mixed" if self.master_weights else "bf16"
+
+    @property
+    def checkpointing_mode(self) -> str:
+        """none, selective (every other layer) or full (every layer)."""
+        if not self.checkpointing:
+            return "none"
+        return "selective" if self.selective else "full"
+
+    @property
+    def recompute_forward_fraction(self) -> float:
+        """Share of the transformer layers' forward pass that backward runs again: 0 without checkpointing, 1 with
+        full checkpointing, SELECTIVE_RECOMPUTE_SHARE with selective (every other layer)."""
+        return {"none": 0.0, "selective": SELECTIVE_RECOMPUTE_SHARE, "full": 1.0}[self.checkpointing_mode]
+
+    @property
+    def attention(self) -> str:
+        """The attention kernel: flash, sdpa or eager."""
+        if not self.flash_attention:
+            return "eager"
+        return "sdpa" if self.sdpa else "flash"
 
     @property
     def training(self) -> bool:
@@ -211,11 +296,64 @@ class Job:
         if self.checkpointing == default:
             said = (_("checkpointing on, the {task} recipe's default: {who}") if self.checkpointing
                     else _("checkpointing off, the {task} recipe's default: {who}"))
-            return said.format(task=self.task, who=who)
+            return said.format(task=self.task, who=who) + self._selective_reason()
         said = (_("checkpointing on by --checkpointing; the {task} recipe's default is off: {who}")
                 if self.checkpointing else
                 _("checkpointing off by --no-checkpointing; the {task} recipe's default is on: {who}"))
-        return said.format(task=self.task, who=who)
+        return said.format(task=self.task, who=who) + self._selective_reason()
+
+    def _selective_reason(self) -> str:
+        return _("; selective: every other layer (--checkpointing-mode selective)") if self.selective and \
+            self.checkpointing else ""
+
+
+def _choice(kind: str, value: str | None, choices: tuple[str, ...]) -> str | None:
+    """``value`` as one of ``choices`` (any case), None when not given; anything else is refused with the choices."""
+    if value is None:
+        return None
+    if value.strip().lower() not in choices:
+        _bad(kind, value, choices)
+    return value.strip().lower()
+
+
+def _precision(precision: str | None, fp32: bool) -> str:
+    """The precision recipe: --precision, or --fp32 (its alias for fp32), or mixed; the two disagreeing is refused."""
+    chosen = _choice("precision", precision, PRECISIONS)
+    if fp32 and chosen not in (None, "fp32"):
+        raise GpuflyError(f"--fp32 and --precision {chosen} contradict each other",
+                          hint="--fp32 is --precision fp32; give one of them")
+    return "fp32" if fp32 else chosen or "mixed"
+
+
+def _checkpointing_mode(checkpointing: bool | None, mode: str | None) -> str | None:
+    """none, selective or full from --checkpointing/--no-checkpointing and --checkpointing-mode; None is the task's
+    recipe default. --checkpointing with a mode of none, or --no-checkpointing with selective or full, is refused."""
+    chosen = _choice("checkpointing mode", mode, CHECKPOINTING_MODES)
+    if chosen is None:
+        return None if checkpointing is None else "full" if checkpointing else "none"
+    if checkpointing is not None and checkpointing != (chosen != "none"):
+        flag = "--checkpointing" if checkpointing else "--no-checkpointing"
+        raise GpuflyError(f"{flag} and --checkpointing-mode {chosen} contradict each other",
+                          hint="give --checkpointing-mode none, selective or full alone")
+    return chosen
+
+
+def _flash(engine_default: bool, task: str, attention: str | None) -> bool:
+    """Whether attention runs a flash-style kernel (no s x s scores): training's --attention, flash by default; for
+    inference, the engine's default."""
+    if task == "infer":
+        return engine_default
+    return attention != "eager"
+
+
+def _context_bytes(gib: float | None) -> int:
+    """--cuda-context in GiB as bytes (0: the stack's default); NaN, infinities and sizes past any GPU are refused."""
+    if gib is None:
+        return 0
+    if not math.isfinite(gib) or not 0 <= gib <= MAX_CUDA_CONTEXT_GIB:
+        raise GpuflyError(f"--cuda-context must be within 0..{MAX_CUDA_CONTEXT_GIB:g} GiB, got {gib}",
+                          hint="e.g. --cuda-context 1.3 (what nvidia-smi shows for an idle torch process)")
+    return round(gib * 2**30)
 
 
 def _fsdp_stage(fsdp: str, zero: int) -> int:
@@ -254,6 +392,20 @@ def _unused_options(task: str, *, zero: int, fsdp: str | None, lora_rank: int | 
             unused.append(_("--lora-targets applies to --task lora or qlora; {work} does not use it (ignored)").format(
                 work=work))
     return unused
+
+
+def _unused_training_options(task: str, *, precision: str | None, checkpointing_mode: str | None,
+                             attention: str | None, optimizer_in_backward: bool, offload: str | None,
+                             cuda_context_gib: float | None) -> list[str]:
+    """A sentence for each training-memory option given to inference, which does not use it."""
+    if task != "infer":
+        return []
+    given = [flag for flag, value in (("--precision", precision), ("--checkpointing-mode", checkpointing_mode),
+                                      ("--attention", attention), ("--optimizer-in-backward", optimizer_in_backward),
+                                      ("--offload", offload), ("--cuda-context", cuda_context_gib))
+             if value not in (None, False)]
+    return [_("{option} shapes a training step; inference does not use it (ignored)").format(option=flag)
+            for flag in given]
 
 
 def _unused_scale_options(task: str, *, nodes: int, internode: str | None, nics: int | None,

@@ -13,7 +13,7 @@ from typing import Any
 from gpufly.errors import GpuflyError, unknown_choice
 from gpufly.estimate.engines import ALLOCATOR_FRAGMENTATION, ENGINES, GIB, Engine, engine
 from gpufly.estimate.formats import WeightFormat, kv_bytes, kv_key, same_format, weight_format
-from gpufly.estimate.job import DEFAULT_LORA_TARGETS, Job
+from gpufly.estimate.job import DEFAULT_LORA_TARGETS, PAGED_OPTIMIZERS, Job
 from gpufly.i18n import gettext as _
 from gpufly.models.spec import ModelSpec
 
@@ -22,10 +22,37 @@ LLAMA_CPP_BATCH = 512
 LLAMA_CPP_CTX_PAD = 256
 VLLM_MAX_BATCHED_TOKENS = 8192
 """vLLM profiles its activation peak at max_num_batched_tokens (8192 with chunked prefill)."""
-OPTIMIZER_STATE_BYTES = {"adamw": 8.0, "adamw8bit": 2.0, "sgd": 0.0, "sgd-momentum": 4.0}
+OPTIMIZER_STATE_BYTES = {"adamw": 8.0, "adamw8bit": 2.0, "paged-adamw": 8.0, "paged-adamw8bit": 2.0, "sgd": 0.0,
+                         "sgd-momentum": 4.0}
 """Bytes of optimizer state per trainable parameter: Adam's two fp32 moments; bitsandbytes 8-bit
-Adam's two int8 moments (Dettmers et al. 2022, block constants ignored); SGD's fp32 momentum.
+Adam's two int8 moments (Dettmers et al. 2022, block constants ignored), paged or not; SGD's fp32 momentum.
 Adafactor is computed from the matrix shapes (factored second moment, Shazeer and Stern 2018)."""
+EIGHT_BIT_OPTIMIZERS = ("adamw8bit", "paged-adamw8bit")
+LOGITS_BYTES = 14
+"""Bytes per token and vocabulary entry transformers' causal-LM loss holds at its peak. transformers 4.46-4.47: the
+16-bit logits the model returns (2), their fp32 upcast (4), the shifted contiguous copy (4) and log_softmax's fp32
+output, kept for backward (4). 4.48+ shifts the labels instead: 10 in forward, and in backward log_softmax's output,
+the incoming gradient and its own (12), plus the 16-bit logits (2) where the loop still holds the model's output, as
+`out = model(**batch); out.loss.backward()` does: 14. Up to 4.45 the model upcast the logits itself: 12, or 16 where
+the loop holds the fp32 logits through backward (fsdp_qlora's train.py). 14 is the common case; torchtune's chunked
+loss holds less."""
+SHARDED_ALLOCATOR_SHARE = 0.18
+"""The caching allocator's share on top of the allocated peak in multi-GPU training: FSDP all-gathers and
+reduce-scatters on CUDA streams of their own, and the allocator keeps each stream's blocks apart (pytorch#117323), so
+more is reserved than is ever allocated at once. Measured, not fitted: Answer.AI's fsdp_qlora benchmark gives two
+pairs, 10.24 GiB reserved over 8.28 allocated (+24%) and 10.22 over 9.16 (+12%); 0.18 is their mean."""
+TRAINING_CUDA_CONTEXT = 500 * 2**20
+"""A training process's CUDA context, the transformers engine's: 287 MB with lazy module loading, 667 MB eager
+(pytorch#86509, the default LAZY since CUDA 12.2); more where libraries load many kernels. --cuda-context sets it."""
+NCCL_CHANNEL_BYTES = 36 * 2**20
+"""NCCL buffers per channel: ring and tree, a send and a receive connection each, ~9 MiB per connection (Simple
+4 MiB NCCL_BUFFSIZE + LL128 ~4.6 MiB + LL 256 KiB)."""
+NCCL_CHANNELS_NVLINK = 32
+"""Channels NCCL opens over NVLink on H100-class nodes: 32 x 36 MiB ~ 1.1 GiB, as nccl#1685 measured (1.06 GB).
+Used where the job says --link nvlink: the memory estimate does not know the GPU, and a job without a link is
+counted at PCIe's few channels (an 8-GPU NVLink node then holds ~1 GiB more than said)."""
+NCCL_CHANNELS_PCIE = 4
+"""Channels over PCIe, where a few saturate the link (NCCL's memory grows linearly with channels, nccl#986)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +72,8 @@ class MemoryBreakdown:
     items: tuple[MemoryItem, ...]
     gpus: int = 1
     notes: tuple[str, ...] = field(default=())
+    host_bytes: int = 0
+    """Host memory per GPU's process for state the job offloads (--offload); not part of the GPU's total."""
 
     @property
     def total_bytes(self) -> int:
@@ -58,7 +87,8 @@ class MemoryBreakdown:
 
     def to_dict(self) -> dict[str, Any]:
         return {"per_gpu_total_bytes": self.total_bytes, "gpus": self.gpus,
-                "items": [item.to_dict() for item in self.items], "notes": list(self.notes)}
+                "items": [item.to_dict() for item in self.items], "notes": list(self.notes),
+                "host_bytes": self.host_bytes}
 
 
 def lm_head_params(spec: ModelSpec) -> int:
@@ -279,9 +309,13 @@ def _adafactor_state_bytes(spec: ModelSpec) -> int:
 
 
 def _optimizer_state_bytes(spec: ModelSpec, job: Job, trainable: int) -> int:
+    """Optimizer state for ``trainable`` parameters; the pure-bf16 recipe keeps 32-bit states in bf16 (half), and
+    8-bit states stay 8-bit."""
     if job.optimizer == "adafactor":
-        return _adafactor_state_bytes(spec) if job.task == "full" else 4 * trainable
-    return round(OPTIMIZER_STATE_BYTES[job.optimizer] * trainable)
+        states = _adafactor_state_bytes(spec) if job.task == "full" else 4 * trainable
+    else:
+        states = round(OPTIMIZER_STATE_BYTES[job.optimizer] * trainable)
+    return states // 2 if job.precision == "bf16" and job.optimizer not in EIGHT_BIT_OPTIMIZERS else states
 
 
 def _targets(name: str, target: str) -> bool:
@@ -293,6 +327,12 @@ def lora_adapter_params(spec: ModelSpec, job: Job) -> int:
     """r x (in + out) per adapted matrix, over the target modules the model has."""
     return sum(job.lora_rank * (rows + cols) * count for name, (rows, cols, count) in spec.linear_shapes.items()
                if any(_targets(name, target) for target in job.lora_targets))
+
+
+def _largest_adapter(spec: ModelSpec, job: Job) -> int:
+    """Parameters of the largest LoRA matrix (A is r x in, B is out x r)."""
+    return max((job.lora_rank * max(rows, cols) for name, (rows, cols, _count) in spec.linear_shapes.items()
+                if any(_targets(name, target) for target in job.lora_targets)), default=0)
 
 
 def lora_targets(spec: ModelSpec, targets: tuple[str, ...] | None) -> tuple[str, ...]:
@@ -318,14 +358,52 @@ def lora_targets(spec: ModelSpec, targets: tuple[str, ...] | None) -> tuple[str,
     return targets
 
 
-def training_activation_bytes(spec: ModelSpec, job: Job) -> tuple[int, str]:
-    """Activations saved for backward on one GPU, and how they were counted.
+def _quant_state_bytes(spec: ModelSpec, fmt: WeightFormat) -> int:
+    """Bytes of a 4-bit format's block constants over the linear layers (NF4 with double quantization: 0.127 bits a
+    weight): bitsandbytes keeps them in each Params4bit's quant_state, beside the parameter, not in it."""
+    linear = spec.params - _unquantized_params(spec)
+    return round(linear * max(0.0, fmt.bits_per_weight - 4) / 8) if fmt.bits_per_weight < 8 else 0
 
-    Transformers: per layer s*b*(12h + 4*k*d + 8F) bytes at 16-bit (the Korthikanti et al. 2022
-    accounting generalised to RMSNorm, GQA and gated MLPs, no dropout) plus flash attention's fp32
-    log-sum-exp (4*a*s*b), or eager attention's score and softmax matrices (4*a*s^2*b); full
-    checkpointing keeps 2*s*b*h per layer plus one layer being recomputed. Logits: 16-bit logits,
-    their fp32 upcast and its gradient, 10*b*s*V. Other models: the fake-tensor count per sample.
+
+def _unquantized_params(spec: ModelSpec) -> int:
+    """Parameters outside the linear layers (embeddings, LM head, norms): what bitsandbytes leaves in 16 bits."""
+    return max(0, spec.params - sum(rows * cols * count for rows, cols, count in spec.linear_shapes.values()))
+
+
+def peft_upcast(job: Job) -> bool:
+    """Whether the job is PEFT's QLoRA recipe: prepare_model_for_kbit_training casts every parameter that is not
+    4-bit (embeddings, LM head, norms) to fp32 (peft/utils/other.py, "cast all non INT8 parameters to fp32"), so
+    the embedding's output, and the residual stream after it, are fp32 too. The mixed recipe only: pure-bf16
+    QLoRA (fsdp_qlora's default, Unsloth) keeps them in bf16."""
+    return job.task == "qlora" and job.precision == "mixed"
+
+
+def _attention_bytes(spec: ModelSpec, job: Job) -> tuple[int, int]:
+    """(Bytes one layer saves for attention's backward, bytes held once for all layers).
+
+    flash and SDPA (CUDA picks its flash or memory-efficient kernel, neither of which stores the scores): the fp32
+    log-sum-exp per head and token, 4*a*s*b. Eager (transformers' eager_attention_forward): the softmax output in
+    fp32 (softmax(dtype=float32), kept for its backward) and its 16-bit copy (the input of the product with V),
+    6*a*s^2*b; in fp32 training the two are one tensor, 4*a*s^2*b. Korthikanti et al. 2022 count 5*a*s^2*b for a
+    16-bit softmax with dropout; fine-tunes run without attention dropout. The 4-D causal mask transformers builds
+    for eager attention, b*s^2 in the compute dtype, is held once."""
+    s, b, heads = job.context, job.batch, spec.heads or 1
+    if job.flash_attention:
+        return 4 * heads * s * b, 0
+    element = 2 if job.mixed_precision else 4
+    softmax = (4 + 2) if job.mixed_precision else 4
+    return softmax * heads * s * s * b, element * b * s * s
+
+
+def training_activation_bytes(spec: ModelSpec, job: Job) -> tuple[int, str]:
+    """Activations saved for backward on one GPU at the step's peak, and how they were counted.
+
+    Transformers: per layer s*b*(12h + 2*kv + 8F) bytes at 16-bit (the Korthikanti et al. 2022 accounting
+    generalised to RMSNorm, GQA and gated MLPs, no dropout) plus attention's (_attention_bytes). A checkpointed
+    layer keeps only its input, 2*s*b*h (fp32 in PEFT's QLoRA recipe: 4*s*b*h); full checkpointing checkpoints every
+    layer, selective every other one. The peak is at the loss: every layer's saved tensors plus the loss's logits
+    (LOGITS_BYTES*b*s*V), or, later, plus one checkpointed layer recomputed, whichever is larger (the logits are
+    freed before the first recompute). Other models: the fake-tensor count per sample.
     """
     scale = 1 if job.mixed_precision else 2
     if not spec.is_transformer:
@@ -337,20 +415,27 @@ def training_activation_bytes(spec: ModelSpec, job: Job) -> tuple[int, str]:
             _("fake-tensor count of saved tensors, halved for 16-bit autocast") if job.mixed_precision
             else _("fake-tensor count of saved tensors"))
     assert spec.attention is not None and spec.layers is not None and spec.hidden is not None
-    s, b, h, heads = job.context, job.batch, spec.hidden, spec.heads or 1
+    s, b, h = job.context, job.batch, spec.hidden
     kv_width = (2 * spec.attention.kv_heads * spec.attention.head_dim if spec.attention.kind == "mha"
                 else spec.attention.kv_lora_rank + spec.attention.rope_head_dim)
-    per_layer = s * b * (12 * h + 2 * kv_width + 8 * _mlp_width(spec)) * scale
-    per_layer += 4 * heads * s * b if job.flash_attention else 4 * heads * s * s * b * scale
-    if job.checkpointing:
-        body = spec.layers * 2 * s * b * h * scale + per_layer
-        how = _("full checkpointing: layer inputs kept, one layer recomputed")
-    else:
-        body = spec.layers * per_layer
-        how = (_("all layers' activations (flash attention)") if job.flash_attention
-               else _("all layers' activations (eager attention)"))
-    logits = 10 * b * s * (spec.vocab or 0) if spec.kind == "decoder" else 0
-    return body + logits, how
+    attention, once = _attention_bytes(spec, job)
+    per_layer = s * b * (12 * h + 2 * kv_width + 8 * _mlp_width(spec)) * scale + attention
+    kept_input = 2 * s * b * h * scale
+    if peft_upcast(job):
+        per_layer += 4 * s * b * h
+        kept_input = 4 * s * b * h
+    checkpointed = {"none": 0, "selective": -(-spec.layers // 2), "full": spec.layers}[job.checkpointing_mode]
+    body = (spec.layers - checkpointed) * per_layer + checkpointed * kept_input + once
+    logits = LOGITS_BYTES * b * s * (spec.vocab or 0) if spec.kind == "decoder" else 0
+    how = {"none": _("all layers' activations"),
+           "selective": _("selective checkpointing: every other layer's input kept, the rest stored"),
+           "full": _("full checkpointing: layer inputs kept, one layer recomputed")}[job.checkpointing_mode]
+    how += {"flash": _(", flash attention"), "sdpa": _(", SDPA attention (flash or memory-efficient kernel: no s x s "
+                                                        "scores)"),
+            "eager": _(", eager attention (s x s softmax in fp32 and 16 bits per head)")}[job.attention]
+    if logits:
+        how += _(", {share} B/token x vocab of loss logits").format(share=LOGITS_BYTES)
+    return body + max(logits, per_layer if checkpointed else 0), how
 
 
 def _shards(job: Job) -> dict[str, int]:
@@ -374,51 +459,177 @@ def _model_parallel_note(job: Job) -> str:
     return f" / {tp * pp} (tp {tp} x pp {pp})" if tp * pp > 1 else ""
 
 
-def _lora_items(spec: ModelSpec, job: Job) -> list[MemoryItem]:
-    """LoRA and QLoRA: the frozen base (sharded at ZeRO-3, as FSDP-QLoRA does), and fp32 adapters whose
-    gradients (ZeRO-2) and optimizer states (ZeRO-1) shard like a full model's."""
+def _layer_params(spec: ModelSpec) -> int:
+    """Parameters of one transformer layer (the unit FSDP wraps and gathers); the largest matrix otherwise."""
+    if spec.layers:
+        return max(0, spec.params - _unquantized_params(spec)) // spec.layers
+    return _largest_param(spec)
+
+
+def _largest_param(spec: ModelSpec) -> int:
+    """Parameters of the model's largest tensor: its gradient is all optimizer-in-backward keeps at once."""
+    return max([*(rows * cols for rows, cols, _count in spec.linear_shapes.values()), spec.embedding_params or 0,
+                lm_head_params(spec)], default=0) or spec.params
+
+
+def _gathered(spec: ModelSpec, job: Job, bytes_per_param: float) -> MemoryItem | None:
+    """ZeRO-3/FSDP full sharding (or parameter offload) gathers whole units before it computes them: the root unit
+    (embeddings and LM head, kept gathered from forward to backward) and two transformer layers, the one computing
+    and the one prefetched (FSDP's limit_all_gathers keeps two in flight; DeepSpeed's prefetch bucket is alike)."""
+    if not (job.zero >= 3 and job.data_parallel > 1) and job.offload != "params":
+        return None
+    root = (spec.embedding_params or 0) + lm_head_params(spec)
+    layers = 2 * _layer_params(spec) if spec.layers else _largest_param(spec)
+    tp, pp, _dp = job.layout
+    return MemoryItem("gathered", round((root + layers) * bytes_per_param) // (tp * pp),
+                      _("units gathered whole to compute (ZeRO-3/FSDP): embeddings and LM head, plus 2 layers "
+                        "(computing and prefetched)"))
+
+
+def _state_items(spec: ModelSpec, job: Job, host: list[int]) -> list[MemoryItem]:
+    """Full training's weights, gradients and optimizer state (ZeRO accounting, Rajbhandari et al. 2020) for the
+    precision recipe; offloaded state is added to ``host`` instead."""
+    params = spec.params
+    weight_b = 4 if job.precision == "fp32" else 2
+    master = 4 * params if job.precision == "mixed" else 0
+    states = _optimizer_state_bytes(spec, job, params)
+    shard = _shards(job)
+    zero_note, split = _zero_note(job), _model_parallel_note(job)
+    recipe = {"mixed": _("mixed precision: 16-bit weights and gradients, fp32 master weights"),
+              "bf16": _("pure bf16: weights, gradients and optimizer states in bf16, no fp32 master"),
+              "fp32": _("fp32 weights and gradients")}[job.precision]
+    weights = MemoryItem("weights", weight_b * params // shard["weights"],
+                         _("{params} params at {size} B").format(params=f"{params:,}", size=weight_b)
+                         + split + (zero_note if job.zero >= 3 else "") + f" ({recipe})")
+    if job.offload == "params":
+        host.append(weights.bytes)
+        weights = MemoryItem("weights", 0, _("in host memory (--offload params); the GPU holds the gathered units"))
+    grads = _gradient_item(spec, job, params, weight_b, shard["gradients"],
+                           split + (zero_note if job.zero >= 2 else ""), host)
+    optimizer = MemoryItem("optimizer", (master + states) // shard["optimizer"],
+                           (_("fp32 master weights + {optimizer} states") if master else
+                            _("{optimizer} states")).format(optimizer=job.optimizer)
+                           + (_(" in bf16") if job.precision == "bf16" and job.optimizer not in EIGHT_BIT_OPTIMIZERS
+                              else "") + split + (zero_note if job.zero >= 1 else ""))
+    if job.offload != "none":
+        host.append(optimizer.bytes)
+        optimizer = MemoryItem("optimizer", 0, _("{optimizer} states and fp32 master weights in host memory "
+                                                 "(--offload {offload}); the step runs on the CPU").format(
+            optimizer=job.optimizer, offload=job.offload))
+    items = [weights, grads, optimizer]
+    gathered = _gathered(spec, job, weight_b)
+    return items + ([gathered] if gathered else [])
+
+
+def _gradient_item(spec: ModelSpec, job: Job, trainable: int, grad_b: int, shards: int, note: str,
+                   host: list[int], largest: int | None = None) -> MemoryItem:
+    """Gradients on the GPU: all of them; with optimizer-in-backward only the largest parameter's (each is stepped
+    and freed as soon as backward produces it, torchtune's optimizer_in_bwd); with offload, one layer's in flight
+    to host memory, where the rest go."""
+    largest = _largest_param(spec) if largest is None else largest
+    if job.offload != "none":
+        host.append(grad_b * trainable // shards)
+        unit = min(trainable, _layer_params(spec) if job.task == "full" else largest)
+        return MemoryItem("gradients", grad_b * unit, _("one layer's gradients on their way to host memory "
+                                                       "(--offload {offload})").format(offload=job.offload))
+    if job.optimizer_in_backward:
+        return MemoryItem("gradients", grad_b * min(largest, trainable) // shards,
+                          _("optimizer in backward: only the largest parameter's gradient ({params} params) is live, "
+                            "each is stepped and freed as backward makes it").format(params=f"{largest:,}") + note)
+    return MemoryItem("gradients", grad_b * trainable // shards, _("{size} B per param").format(size=grad_b) + note)
+
+
+def _lora_items(spec: ModelSpec, job: Job, host: list[int]) -> list[MemoryItem]:
+    """LoRA and QLoRA: the frozen base (sharded at ZeRO-3, as FSDP-QLoRA does), and adapters whose gradients
+    (ZeRO-2) and optimizer states (ZeRO-1) shard like a full model's: fp32 in the mixed and fp32 recipes, bf16 in
+    the pure-bf16 one. PEFT's QLoRA recipe holds the base's unquantized parameters in fp32 (peft_upcast)."""
     shard = _shards(job)
     base = weight_format("nf4" if job.task == "qlora" else job.quant)
     adapters = lora_adapter_params(spec, job)
     zero_note, split = _zero_note(job), _model_parallel_note(job)
-    adapter_bytes = 4 * adapters // shard["weights"] + 4 * adapters // shard["gradients"]
-    return [
-        MemoryItem("weights", weight_bytes(spec, base) // shard["weights"],
-                   _("frozen base at {format}").format(format=base.name) + split
-                   + (zero_note if job.zero >= 3 else "")),
-        MemoryItem("lora_adapters", adapter_bytes,
-                   _("rank {rank} on {targets}: {params} params, fp32 weights and gradients").format(
-                       rank=job.lora_rank, targets=", ".join(job.lora_targets), params=f"{adapters:,}")
+    adapter_b = 2 if job.precision == "bf16" else 4
+    base_bytes = weight_bytes(spec, base)
+    base_note = _("frozen base at {format}").format(format=base.name)
+    if peft_upcast(job):
+        upcast = 2 * _unquantized_params(spec)
+        base_bytes += upcast
+        base_note += _("; PEFT's prepare_model_for_kbit_training casts the {params} unquantized params (embeddings, "
+                       "LM head, norms) to fp32").format(params=f"{_unquantized_params(spec):,}")
+    constants = _quant_state_bytes(spec, base) if job.task == "qlora" else 0
+    if constants and ((job.zero >= 3 and job.data_parallel > 1) or job.offload == "params"):
+        base_note += _("; its quantization constants ({size} GiB) stay whole on every GPU: they are no parameter "
+                       "for FSDP to shard or offload").format(size=f"{constants / GIB:.2f}")
+    tp, pp, _dp = job.layout
+    weights = MemoryItem("weights", (base_bytes - constants) // shard["weights"] + constants // (tp * pp),
+                         base_note + split + (zero_note if job.zero >= 3 else ""))
+    if job.offload == "params":
+        host.append(weights.bytes - constants // (tp * pp))
+        weights = MemoryItem("weights", constants // (tp * pp), _(
+            "in host memory (--offload params) but for the quantization constants; the GPU holds the gathered "
+            "units"))
+    grads = _gradient_item(spec, job, adapters, adapter_b, shard["gradients"], "", host,
+                           largest=_largest_adapter(spec, job))
+    adapter_weights = adapter_b * adapters // shard["weights"]
+    if job.offload == "params":
+        host.append(adapter_weights)
+        adapter_weights = 0
+    items = [
+        weights,
+        MemoryItem("lora_adapters", adapter_weights + grads.bytes,
+                   _("rank {rank} on {targets}: {params} params, {size} B weights; gradients: {grads}").format(
+                       rank=job.lora_rank, targets=", ".join(job.lora_targets), params=f"{adapters:,}",
+                       size=adapter_b, grads=grads.note)
                    + split + (zero_note if job.zero >= 2 else "")),
-        MemoryItem("optimizer", _optimizer_state_bytes(spec, job, adapters) // shard["optimizer"],
-                   _("{optimizer} states").format(optimizer=job.optimizer) + split
-                   + (zero_note if job.zero >= 1 else "")),
     ]
+    optimizer = MemoryItem("optimizer", _optimizer_state_bytes(spec, job, adapters) // shard["optimizer"],
+                           _("{optimizer} states").format(optimizer=job.optimizer) + split
+                           + (zero_note if job.zero >= 1 else ""))
+    if job.offload != "none":
+        host.append(optimizer.bytes)
+        optimizer = MemoryItem("optimizer", 0, _("{optimizer} states in host memory (--offload {offload})").format(
+            optimizer=job.optimizer, offload=job.offload))
+    gathered = _gathered(spec, job, base_bytes / max(1, spec.params))
+    return [*items, optimizer, *([gathered] if gathered else [])]
+
+
+def _runtime_items(job: Job) -> list[MemoryItem]:
+    """The training process's memory outside PyTorch's caching allocator: the CUDA context, and NCCL's buffers
+    when GPUs talk."""
+    context = job.cuda_context_bytes or TRAINING_CUDA_CONTEXT
+    said = (_("CUDA context, {size} GiB by --cuda-context") if job.cuda_context_bytes else
+            _("PyTorch CUDA context, {size} GiB by default (287 MB with lazy module loading to 667 MB eager, "
+              "pytorch#86509; over 1 GB where many libraries' kernels load): set --cuda-context to what nvidia-smi "
+              "shows")).format(size=f"{context / GIB:.2f}")
+    items = [MemoryItem("runtime", context, said)]
+    if job.world > 1:
+        channels = NCCL_CHANNELS_NVLINK if job.link == "nvlink" else NCCL_CHANNELS_PCIE
+        items.append(MemoryItem("nccl", channels * NCCL_CHANNEL_BYTES, _(
+            "NCCL buffers: {channels} channels x ring and tree, send and receive ({link}; over NVLink NCCL opens 32, "
+            "~1.1 GiB, nccl#1685)").format(channels=channels, link=job.link or _("link not given: PCIe assumed"))))
+    return items
+
+
+def _training_notes(spec: ModelSpec, job: Job, host_bytes: int) -> list[str]:
+    notes = [job.checkpointing_reason] if spec.is_transformer else []
+    if job.optimizer in PAGED_OPTIMIZERS:
+        notes.append(_("{optimizer}: bitsandbytes pages its states to host memory under pressure, so the optimizer "
+                       "item is the resident peak when all fits; past the GPU's memory the step slows instead of "
+                       "failing").format(optimizer=job.optimizer))
+    if host_bytes:
+        notes.append(_("host memory for --offload {offload}: {per_gpu} GiB per GPU, {per_node} GiB per node of "
+                       "{gpus} (pinned)").format(offload=job.offload, per_gpu=f"{host_bytes / GIB:.1f}",
+                                                 per_node=f"{host_bytes * job.gpus / GIB:.1f}", gpus=job.gpus))
+    if job.optimizer_in_backward:
+        notes.append(_("optimizer in backward steps each parameter during backward: no gradient accumulation, and "
+                       "gradient clipping over all parameters is unavailable"))
+    return notes
 
 
 def training_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
-    """Memory per GPU to train ``spec`` as ``job`` says (ZeRO accounting, Rajbhandari et al. 2020)."""
-    n = job.gpus
-    items: list[MemoryItem] = []
-    if job.task == "full":
-        params = spec.params
-        weight_b, grad_b = (2, 2) if job.mixed_precision else (4, 4)
-        master = 4 * params if job.mixed_precision else 0
-        states = _optimizer_state_bytes(spec, job, params)
-        shard = _shards(job)
-        zero_note, split = _zero_note(job), _model_parallel_note(job)
-        items += [
-            MemoryItem("weights", weight_b * params // shard["weights"],
-                       _("{params} params at {size} B").format(params=f"{params:,}", size=weight_b)
-                       + split + (zero_note if job.zero >= 3 else "")),
-            MemoryItem("gradients", grad_b * params // shard["gradients"],
-                       _("{size} B per param").format(size=grad_b) + split + (zero_note if job.zero >= 2 else "")),
-            MemoryItem("optimizer", (master + states) // shard["optimizer"],
-                       (_("fp32 master weights + {optimizer} states") if master else _("{optimizer} states")).format(
-                           optimizer=job.optimizer) + split + (zero_note if job.zero >= 1 else "")),
-        ]
-    else:
-        items += _lora_items(spec, job)
+    """Memory per GPU to train ``spec`` as ``job`` says (ZeRO accounting, Rajbhandari et al. 2020), item by item,
+    with what --offload puts in host memory."""
+    host: list[int] = []
+    items = _state_items(spec, job, host) if job.task == "full" else _lora_items(spec, job, host)
     activations, how = training_activation_bytes(spec, job)
     tp = job.layout[0]
     if tp > 1:
@@ -426,9 +637,14 @@ def training_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
         how += _("; / {tp}: tensor parallel with sequence parallelism (Korthikanti et al. 2022)").format(tp=tp)
     items.append(MemoryItem("activations", activations, _("micro-batch {batch} x {context}: {how}").format(
         batch=job.batch, context=f"{job.context:,}", how=how)))
-    notes = (job.checkpointing_reason,) if spec.is_transformer else ()
-    return MemoryBreakdown(tuple(_context_items(items, engine("transformers").context_bytes,
-                                                _("PyTorch CUDA context"))), gpus=n, notes=notes)
+    share = SHARDED_ALLOCATOR_SHARE if job.world > 1 else ALLOCATOR_FRAGMENTATION
+    fragmentation = round(sum(item.bytes for item in items) * share)
+    items.append(MemoryItem("allocator", fragmentation, (
+        _("{share} rounding and fragmentation") if job.world == 1 else
+        _("{share} rounding and fragmentation: collectives run on their own CUDA streams, whose blocks the caching "
+          "allocator keeps apart")).format(share=f"{share:.0%}")))
+    return MemoryBreakdown((*items, *_runtime_items(job)), gpus=job.gpus,
+                           notes=tuple(_training_notes(spec, job, sum(host))), host_bytes=sum(host))
 
 
 def memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:

@@ -5,7 +5,9 @@ The layout is ``Job.layout``: tensor parallel (tp) inside a node, pipeline paral
 (dp) over the rest, with ZeRO/FSDP sharding over dp. A step runs ``m`` micro-batches of ``Job.batch`` samples
 through each pipeline (m = 1 without a pipeline or a --global-batch), and takes::
 
-    compute           m * t1 * batch / (tp * pp)                  t1: seconds per sample on one GPU (speed.py)
+    micro-batch items m * (each of speed.training_micro_parts: matmuls, attention, elementwise traffic, weight casts
+                      or dequantization, host floor) / (tp * pp); the weight casts also / dp under ZeRO-3
+    optimizer step    once per step, on this GPU's share of the trainable parameters (/ tp * pp, and / dp from ZeRO-1)
     tensor parallel   m * (L / pp) * (4, or 6 with checkpointing) all-reduces of batch x seq x hidden (16-bit)
     pipeline bubble   (pp - 1) * (one micro-batch's compute and tensor-parallel time)    (1F1B: Narayanan et al.
                       2021, "Efficient Large-Scale Language Model Training on GPU Clusters", bubble (p-1)/m)
@@ -30,7 +32,14 @@ from gpufly.errors import GpuflyError
 from gpufly.estimate.comms import Link, Topology, collective_s, send_s, topology
 from gpufly.estimate.job import Job
 from gpufly.estimate.memory import lora_adapter_params, memory
-from gpufly.estimate.speed import ACTIVATION_BYTES, StepPart, training_step_s_per_sample
+from gpufly.estimate.speed import (
+    ACTIVATION_BYTES,
+    ATTENTION_KERNEL,
+    WEIGHT_TRAFFIC,
+    StepPart,
+    optimizer_step_part,
+    training_micro_parts,
+)
 from gpufly.i18n import gettext as _
 from gpufly.models.spec import ModelSpec
 
@@ -122,11 +131,12 @@ def _stage_link(topo: Topology, job: Job) -> Link:
     return topo.inter if topo.inter is not None and job.nodes > 1 else topo.intra
 
 
-def training_step(spec: ModelSpec, gpu: GpuSpec, job: Job) -> TrainingStep | None:
+def training_step(spec: ModelSpec, gpu: GpuSpec, job: Job,
+                  attention_kernel: str = ATTENTION_KERNEL) -> TrainingStep | None:
     """One step of ``job`` on its ``job.world`` GPUs, item by item; None when one GPU's time is unknown (no tensor
     rate, no FLOP count)."""
-    per_sample = training_step_s_per_sample(spec, gpu, job)
-    if per_sample is None:
+    micro_parts = training_micro_parts(spec, gpu, job, attention_kernel)
+    if micro_parts is None:
         return None
     tp, pp, dp = job.layout
     if (tp > 1 or pp > 1) and not spec.is_transformer:
@@ -137,11 +147,15 @@ def training_step(spec: ModelSpec, gpu: GpuSpec, job: Job) -> TrainingStep | Non
                           hint=f"--pp {spec.layers} or fewer")
     m = microbatches(job)
     topo, said = topology(gpu, job)
-    micro = per_sample * job.batch / (tp * pp)
     split = (_("the model split {ways} ways").format(ways=tp * pp) if tp * pp > 1
              else _("a whole model on each GPU"))
-    parts = [StepPart("compute", m * micro, _("{m} x micro-batch {batch} per GPU, {split}").format(
-        m=m, batch=job.batch, split=split))]
+    each = tuple(_on_one_gpu(part, job) for part in micro_parts)
+    micro = sum(part.seconds for part in each)
+    first, *rest = each
+    how = _("{m} x micro-batch {batch} per GPU, {split}").format(m=m, batch=job.batch, split=split)
+    parts = [StepPart(first.name, m * first.seconds, f"{first.note}; {how}"),
+             *(StepPart(part.name, m * part.seconds, part.note) for part in rest)]
+    parts.append(optimizer_step_part(spec, gpu, job))
     tp_micro = _tensor_parallel_s(spec, job, topo)
     if tp_micro:
         parts.append(StepPart("tensor-parallel all-reduce", m * tp_micro, _(
@@ -162,6 +176,14 @@ def training_step(spec: ModelSpec, gpu: GpuSpec, job: Job) -> TrainingStep | Non
             "{kind}: {total} s a step, {hidden} s of it hidden behind compute").format(
                 kind=_dp_kind(job), total=f"{total:.3f}", hidden=f"{min(total, hidden):.3f}"), communication=True))
     return TrainingStep(tuple(parts), job.batch * m * dp, m, (tp, pp, dp), topo, said)
+
+
+def _on_one_gpu(part: StepPart, job: Job) -> StepPart:
+    """A whole-model micro-batch item as one GPU runs it: tensor and pipeline parallelism split the work tp x pp
+    ways; under ZeRO-3/FSDP each GPU also casts and accumulates only its shard of the weights."""
+    tp, pp, dp = job.layout
+    ways = tp * pp * (dp if job.zero >= 3 and part.name == WEIGHT_TRAFFIC else 1)
+    return StepPart(part.name, part.seconds / ways, part.note)
 
 
 def _tp_count(spec: ModelSpec, job: Job) -> int:

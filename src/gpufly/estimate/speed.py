@@ -8,25 +8,26 @@ fitted on public measurements (benchmarks/estimate_accuracy.py, docs/calibration
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 from gpufly.catalog.spec import GpuSpec
+from gpufly.errors import GpuflyError
 from gpufly.estimate.engines import (
     ELEMENTWISE_BANDWIDTH_EFFICIENCY,
     GGUF_BANDWIDTH_FACTOR,
     GGUF_DROP_SHARE,
-    TRAINING_ATTENTION_COST,
     TRAINING_BANDWIDTH_EFFICIENCY,
-    TRAINING_MFU,
-    TRAINING_TRAFFIC_PER_ACTIVATION_BYTE,
     Engine,
     engine,
 )
 from gpufly.estimate.formats import WeightFormat, kv_bytes, weight_format
 from gpufly.estimate.job import Job
-from gpufly.estimate.memory import kv_cache_bytes, lm_head_params, training_activation_bytes, weight_bytes
+from gpufly.estimate.memory import kv_cache_bytes, lm_head_params, lora_adapter_params, weight_bytes
 from gpufly.i18n import gettext as _
 from gpufly.models.spec import ModelSpec
 
@@ -42,8 +43,6 @@ ATTENTION_SCORE_BYTES = 20.0
 graph does: the QK^T GEMM writes each in fp32 (4 B), the masked softmax reads and writes it (8 B), the cast to fp16
 for the PV GEMM reads and writes it (6 B), and that GEMM reads it (2 B). Counted, not fitted: with it, each GPU's
 implied llama.cpp matmul rate is the same at pp512 and pp8192 (docs/calibration.md)."""
-QLORA_SLOWDOWN = 1.3
-"""QLoRA dequantizes every NF4 weight on the fly, forward and backward (bitsandbytes)."""
 
 _RATE_FIELDS = {
     "fp16": ("fp16_tensor_tflops", "bf16_tensor_tflops"),
@@ -93,16 +92,18 @@ class Speed:
 
 def peak_flops(gpu: GpuSpec, dtype: str, fp16_accumulate: bool = False) -> float | None:
     """Dense FLOP/s at ``dtype`` from the catalog, falling back along the precision chain; for a
-    GPU without tensor cores (Pascal), the FP16 or FP32 rate it really has. ``fp16_accumulate``:
-    GeForce cards run FP16 with FP16 accumulation at twice their (catalogued) FP32-accumulate rate."""
+    GPU without tensor cores (Pascal), the faster of its FP16 and FP32 rates: cuBLAS computes a 16-bit GEMM in FP32
+    where FP16 arithmetic is slower (a GeForce Pascal card's FP16 runs at 1/64 of its FP32 rate), so AMP on a
+    GTX 1080 Ti runs at the FP32 rate. ``fp16_accumulate``: GeForce cards run FP16 with FP16 accumulation at twice
+    their (catalogued) FP32-accumulate rate."""
     for name in _RATE_FIELDS[dtype]:
         rate = getattr(gpu, name)
         if rate is not None:
             doubled = fp16_accumulate and name == "fp16_tensor_tflops" and gpu.segment == "consumer"
             return rate * 1e12 * (2 if doubled and gpu.vendor == "nvidia" else 1)
     if not gpu.has_tensor_cores:
-        plain = gpu.fp16_tflops if dtype in ("fp16", "bf16") and gpu.fp16_tflops else gpu.fp32_tflops
-        return plain * 1e12 if plain else None
+        rates = [gpu.fp32_tflops or 0.0, *([gpu.fp16_tflops or 0.0] if dtype in ("fp16", "bf16") else [])]
+        return max(rates) * 1e12 if max(rates) else None
     return None
 
 
@@ -335,69 +336,387 @@ def _prefill_allreduce_s(spec: ModelSpec, gpu: GpuSpec, job: Job, tokens: int) -
     return (spec.layers or 1) * TP_ALLREDUCES_PER_LAYER * collective_s("all-reduce", message, topo, job.gpus)
 
 
-def training_flops_per_token(spec: ModelSpec, job: Job) -> float:
-    """6 * active params (forward 2, backward 4) + causal attention 6 * L * s * heads * head_dim;
-    LoRA skips the frozen weights' gradients (4 * P); full recomputation adds one forward."""
-    return _param_factor(job) * spec.params_per_token + _training_attention_flops(spec, job)
+TRAINING_HOST_S_PER_LAYER_PASS = 2.5e-4
+"""Host time to launch one transformer layer's kernels for one pass (forward, backward or recomputed forward) in
+eager PyTorch: ~25-45 operators a layer (norms, projections, rotary, attention, MLP, residuals), each dispatched and
+launched in 5-10 us. The GPU waits on it only when a micro-batch's kernels are shorter: a small model at batch 1.
+Assumed from that count, not fitted (no calibration row is host-bound)."""
+GEMM_TILE = 128
+"""Rows and columns of the output tile one streaming multiprocessor computes in a cuBLAS/CUTLASS GEMM (128 x 128,
+the usual tile for large bf16 GEMMs): a GEMM with fewer tiles than the GPU has SMs leaves SMs idle."""
+TRAINING_MATMUL_SHARE = 0.95
+"""Share of the measured matmul ceiling (data/matmul_ceilings.json) a training step's GEMMs reach before the
+hidden-size and SM-fill factors: the ceiling is the best shape found, while a step runs a mix of shapes (the weight
+gradients reduce over the tokens, the LM head is vocabulary-wide) and shares its SMs and memory with the collectives
+that overlap it. Fitted with GEMM_K_OVERHEAD and Hopper's sustained share on the fit set's transformer rows (least
+mean |log error| over 0.90-1.00 x 256-768 x Hopper 0.75-0.85: 1.0/0.75/512 and 0.95/0.80/512 tie at 0.093-0.094)."""
+TF32_MATMUL_SHARE = 0.7
+"""Share of the bf16 matmul ceiling a TF32 GEMM reaches, against the TF32 rate: its operands are twice as wide per
+FLOP, so the tiles' loads through shared memory and L2 bind before the tensor cores do. Fitted on the fit set's
+fp32 BERT rows (the NGC container's TF32 default)."""
+GEMM_K_OVERHEAD = 512.0
+"""A GEMM tile's fixed cost (loading the first operands, writing the output) in units of its inner-loop steps: a
+tile of inner dimension K runs at K / (K + this) of the ceiling, so matmuls of a narrow model (hidden 768) run
+further below it than those of a wide one (hidden 8192). Fitted on the fit set's llm-foundry rows (MPT 125M to
+30B), where the throughput per FLOP grows with the hidden size."""
+ELEMENTWISE_BYTES_PER_HIDDEN = 20
+"""Bytes one token moves per layer through the forward's elementwise kernels, per unit of hidden size, in 16 bits:
+two norms (read and write: 4 + 4) and two residual additions (read two, write one: 6 + 6)."""
+MLP_ACTIVATION_BYTES = {True: 6, False: 4}
+"""Bytes per token and MLP channel of the MLP's activation in 16 bits: gated (SiLU(gate) * up: read two, write
+one) or plain (GELU: read one, write one)."""
+BACKWARD_ELEMENTWISE_PASSES = 2
+"""The backward's elementwise kernels move about twice the forward's bytes: each reads the saved input and the
+incoming gradient and writes the outgoing one, and the norms' backward reduces over the hidden dimension again."""
+TRAINING_SCORE_BYTES = 36
+"""Bytes per attention score of a training step whose attention materializes the scores (no flash attention), in
+16 bits: the forward's QK^T writes it (2), softmax reads and writes it (4), dropout reads it, writes it and a mask
+(5), and the PV GEMM reads it (2); the backward writes the probabilities' gradient (2), reads it with the mask and
+writes it (5), reads it with the probabilities and writes the scores' gradient (6), and the two GEMMs read that
+(4), and the PV weight gradient reads the probabilities (2): 13 forward, 23 backward (dropout as BERT's p=0.1)."""
+LOGIT_BYTES = 34
+"""Bytes per token and vocabulary entry of a language model's loss: the LM head writes the 16-bit logits (2),
+autocast upcasts them for the cross-entropy (read 2, write 4), log-softmax reads and writes them (8); the backward
+reads its incoming gradient and the saved output and writes the logits' gradient (12), and casts it back to 16 bits
+(read 4, write 2)."""
+OPTIMIZER_BYTES_PER_PARAM = {"adamw": 28, "adamw8bit": 16, "sgd": 12, "sgd-momentum": 20, "adafactor": 20,
+                             "paged-adamw": 28, "paged-adamw8bit": 16}
+"""Bytes the optimizer moves per trainable parameter per step: AdamW reads the fp32 weight, gradient and two moments
+(16 B) and writes the weight and moments (12 B); 8-bit AdamW keeps 1-byte moments; SGD reads weight and gradient and
+writes the weight; momentum adds its buffer; Adafactor's factored second moment is small, its update is not. A paged
+optimizer moves what its unpaged twin does while its states stay resident. Pure bf16 (``--precision bf16``) holds
+every one of these in 2 bytes instead of 4: half the traffic."""
+HOST_OPTIMIZER_GBPS = 50.0
+"""Host memory bandwidth a CPU optimizer step sustains under ``--offload`` (DeepSpeed's CPU Adam is bound by it; a
+two-socket DDR4/DDR5 server streams 100-300 GB/s, one desktop socket 40-80 GB/s): an assumption, said in the item,
+not a fitted figure (no published offload throughput row was found)."""
+OFFLOAD_LINK_BYTES_PER_PARAM = 4
+"""Under ``--offload``, each step moves every trainable parameter's 16-bit gradient to the host and its updated 16-bit
+weight back: 2 + 2 bytes over PCIe."""
+GRAD_CLIP_BYTES_PER_PARAM = 12
+"""Gradient clipping before each step (the HF Trainer's max_grad_norm=1.0 and llm-foundry's recipes clip): read
+every fp32 gradient for the norm (4 B), then scale it in place (read and write, 8 B)."""
+AMP_PARAM_BYTES_PER_MICROBATCH = 16
+"""Full training in mixed precision, per trainable parameter and micro-batch: autocast casts each fp32 weight to 16
+bits (read 4, write 2) and the 16-bit weight gradient is added to the fp32 .grad (read 2, read 4, write 4)."""
+NF4_DEQUANT_BYTES = 2.5
+"""QLoRA, per weight and pass: bitsandbytes reads the NF4 weight (0.5 B) and writes a 16-bit copy (2 B) for the GEMM
+(the forward, the backward's input gradient, and the recomputed forward under checkpointing)."""
+CONV_TRAFFIC_PER_ACTIVATION_BYTE = 14.0
+"""Bytes moved per byte of saved activations in a convolutional network's training step: batch norm reads each
+convolution's output twice (statistics, then normalization) and writes it, ReLU reads and writes it, and the backward
+of each reads the saved tensor and the incoming gradient and writes the outgoing one, unfused in eager PyTorch.
+Fitted on the fit set's ResNet-50 rows (least mean |log error| over 12-32 with the convolutions' share 0.2-1.0
+of the matmul ceiling: 14 with the convolutions at the ceiling; a lower share fits worse): at 16 bits on fast tensor
+cores these passes, not the convolutions, set the step time, which is why a faster tensor core barely speeds up a
+ResNet while more bandwidth does. A first-principles count gives about 10 (38 bytes per convolution output element
+over the 4 bytes of it saved); the rest is kernels that reach less than the bandwidth share assumed here."""
+
+ATTENTION_KERNEL = "flash-attention-2"
+"""The flash-attention kernel a training job runs unless told otherwise (PyTorch's SDPA and the flash_attn package
+both run FlashAttention-2)."""
+WEIGHT_TRAFFIC = "weight casts and gradient accumulation"
+"""The step item of full mixed-precision training's per-micro-batch traffic over the weights."""
+MATMUL_CEILINGS_FILE = Path(__file__).parent / "data" / "matmul_ceilings.json"
 
 
-def _param_factor(job: Job) -> int:
-    return (6 if job.task == "full" else 4) + (2 if job.checkpointing else 0)
+@dataclass(frozen=True)
+class Ceiling:
+    """A share of the dense tensor rate a kind of kernel reaches on a GPU, and where that figure comes from."""
+
+    share: float
+    sources: tuple[str, ...]
 
 
-def _training_attention_flops(spec: ModelSpec, job: Job) -> float:
-    """Causal attention's FLOPs per token in a training step: 6 * L * s * heads * head_dim, scaled as the matmuls."""
+@cache
+def _ceilings() -> dict[str, dict[str, Ceiling]]:
+    """data/matmul_ceilings.json, validated once: every share within (0, 1], every entry with a source."""
+    try:
+        data = json.loads(MATMUL_CEILINGS_FILE.read_text())
+        tables = {"matmul": dict(data["matmul"]), "attention": dict(data["attention"]),
+                  "kernels": dict(data["attention_kernels"]), "sustained": dict(data["sustained"])}
+        tables["sustained"][""] = data["sustained_default"]
+        tables["matmul"][""] = data["matmul_default"]
+        tables["attention"][""] = data["attention_default"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise GpuflyError(f"cannot read the kernel ceilings {MATMUL_CEILINGS_FILE}: {exc}",
+                          hint="reinstall gpufly; the file ships with it") from exc
+    checked: dict[str, dict[str, Ceiling]] = {}
+    for kind, rows in tables.items():
+        checked[kind] = {}
+        for name, row in rows.items():
+            share = float(row.get("share", 0))
+            if not 0 < share <= 1 or not row.get("sources"):
+                raise GpuflyError(f"{kind} ceiling '{name or 'default'}' in {MATMUL_CEILINGS_FILE} needs a share in "
+                                  "(0, 1] and a source", hint="each entry lists share and sources")
+            checked[kind][name] = Ceiling(share, tuple(row["sources"]))
+    return checked
+
+
+def matmul_ceiling(gpu: GpuSpec) -> Ceiling:
+    """The share of the dense tensor rate the best-shaped GEMM reaches on ``gpu`` (its measured MAMF), or the
+    default for a GPU not measured. Cards without tensor cores run their matmuls on the vector units at the same
+    default share."""
+    table = _ceilings()["matmul"]
+    return table.get(gpu.id, table[""])
+
+
+def sustained_share(gpu: GpuSpec) -> Ceiling:
+    """The share of the matmul ceiling ``gpu``'s architecture holds through a training run (1 unless a run says
+    otherwise)."""
+    table = _ceilings()["sustained"]
+    return table.get(gpu.architecture, table[""])
+
+
+def attention_ceiling(gpu: GpuSpec, kernel: str = ATTENTION_KERNEL) -> float:
+    """The share of the dense tensor rate a flash-attention kernel's forward and backward reach on ``gpu``:
+    FlashAttention-2's share on the GPU's architecture, times the kernel's speed relative to it."""
+    table = _ceilings()["attention"]
+    kernels = _ceilings()["kernels"]
+    if kernel not in kernels:
+        raise GpuflyError(f"unknown attention kernel {kernel!r}", hint="one of " + ", ".join(sorted(kernels)))
+    return table.get(gpu.architecture, table[""]).share * kernels[kernel].share
+
+
+def _matmul_params(spec: ModelSpec) -> int:
+    """Parameters a token meets in a matmul: the body and the LM head (a tied head reuses the embedding); the
+    embedding itself is a lookup."""
+    untied = 0 if spec.tie_embeddings else spec.embedding_params
+    return max(0, spec.params_per_token - untied)
+
+
+def _param_factor(job: Job) -> float:
+    """FLOPs per parameter and token: forward 2, backward 4 (2 without the frozen weights' gradients), and the
+    recomputed share of the forward again under checkpointing (all of it full, half selective)."""
+    return (6 if job.task == "full" else 4) + 2 * job.recompute_forward_fraction
+
+
+def _attention_forward_flops(spec: ModelSpec, context: int) -> float:
+    """Attention's forward FLOPs per token: QK^T and PV over the keys it sees, 2 * 2 * s * heads * head_dim per
+    layer over the whole sequence, halved for a causal decoder."""
     if spec.attention is None or not spec.layers or not spec.heads:
         return 0.0
     head_dim = spec.attention.head_dim or (spec.hidden or 0) // spec.heads
-    return (_param_factor(job) / 6) * 6 * spec.layers * job.context * spec.heads * head_dim
+    causal = 0.5 if spec.kind == "decoder" else 1.0
+    return 4 * causal * spec.layers * context * spec.heads * head_dim
 
 
 def _training_dtype(job: Job) -> str:
     return "bf16" if job.mixed_precision else "tf32"
 
 
-def training_step_s_per_sample(spec: ModelSpec, gpu: GpuSpec, job: Job) -> float | None:
-    """Seconds per sample on one GPU: matmul FLOPs at the tensor rate times an MFU (attention's FLOPs at
-    TRAINING_ATTENTION_COST times a matmul FLOP's time), plus the memory traffic of the elementwise work (norms,
-    activations, softmax, optimizer), which runs between the matmuls at the memory bandwidth and does not overlap
-    them."""
+def _ceiling_share(gpu: GpuSpec, job: Job) -> float:
+    """The measured matmul ceiling, held through a run (sustained_share), and for fp32 jobs on tensor cores at
+    TF32_MATMUL_SHARE of it."""
+    tf32 = not job.mixed_precision and gpu.tf32_tensor_tflops is not None
+    return matmul_ceiling(gpu).share * sustained_share(gpu).share * (TF32_MATMUL_SHARE if tf32 else 1.0)
+
+
+def _gemm_fill(gpu: GpuSpec, tokens: int, width: int) -> float:
+    """Share of the SMs a GEMM of ``tokens`` rows and ``width`` output columns keeps busy: one GEMM_TILE x GEMM_TILE
+    tile per SM, so fewer tiles than SMs leave the rest idle (a short sequence at batch 1). ``width`` is the MLP's,
+    whose GEMMs carry most of the FLOPs."""
+    if not gpu.sm_count:
+        return 1.0
+    tiles = math.ceil(tokens / GEMM_TILE) * math.ceil(width / GEMM_TILE)
+    return min(1.0, tiles / gpu.sm_count)
+
+
+def matmul_efficiency(spec: ModelSpec, gpu: GpuSpec, job: Job) -> float:
+    """Share of the dense tensor rate a transformer's training matmuls reach: the GPU's measured ceiling, times the
+    tile's fixed cost over its inner loop (hidden / (hidden + GEMM_K_OVERHEAD)), times the SMs a micro-batch's
+    tiles keep busy."""
+    hidden = spec.hidden or 0
+    tokens = job.batch * job.context
+    return (_ceiling_share(gpu, job) * TRAINING_MATMUL_SHARE
+            * hidden / (hidden + GEMM_K_OVERHEAD)
+            * _gemm_fill(gpu, tokens, _mlp_channels(spec)))
+
+
+def _elementwise_bytes_per_token(spec: ModelSpec, job: Job) -> float:
+    """Bytes a token moves through a training micro-batch's elementwise kernels: per layer and pass the norms'
+    and residuals' ELEMENTWISE_BYTES_PER_HIDDEN * hidden and the MLP activation's bytes per channel, forward (again
+    when recomputed) and BACKWARD_ELEMENTWISE_PASSES times in the backward; the loss's LOGIT_BYTES per vocabulary
+    entry; and without flash attention, each materialized score's TRAINING_SCORE_BYTES."""
+    hidden = spec.hidden or 0
+    mlp = _mlp_channels(spec)
+    forward = (spec.layers or 0) * (ELEMENTWISE_BYTES_PER_HIDDEN * hidden + MLP_ACTIVATION_BYTES[spec.gated_mlp] * mlp)
+    passes = 1 + BACKWARD_ELEMENTWISE_PASSES + job.recompute_forward_fraction
+    scores = 0.0 if job.flash_attention else attention_scores(spec, job.context, 0) / job.context
+    moved = (forward * passes + TRAINING_SCORE_BYTES * scores) * (1 if job.mixed_precision else 2)
+    if spec.kind == "decoder":
+        moved += LOGIT_BYTES * (spec.vocab or 0)
+    return moved
+
+
+def _mlp_channels(spec: ModelSpec) -> int:
+    """The MLP width a token passes through: the dense MLP's, or its active and shared experts'."""
+    if spec.moe is not None and spec.hidden:
+        return spec.moe.expert_params // (3 * spec.hidden) * (spec.moe.active + spec.moe.shared)
+    return spec.intermediate or 4 * (spec.hidden or 0)
+
+
+def _bandwidth_s(gpu: GpuSpec, moved: float) -> float:
+    return moved / (gpu.memory_bandwidth_gbps * 1e9 * TRAINING_BANDWIDTH_EFFICIENCY)
+
+
+def training_micro_parts(spec: ModelSpec, gpu: GpuSpec, job: Job,
+                         attention_kernel: str = ATTENTION_KERNEL) -> tuple[StepPart, ...] | None:
+    """One micro-batch of ``job.batch`` samples on one GPU holding the whole model, item by item: matmuls at their
+    reachable rate ("compute"), flash attention, the elementwise kernels' memory traffic, the weights' casts and
+    gradient accumulation (or QLoRA's dequantization), and the host's launch time where the GPU would wait on it.
+    None when the GPU has no usable rate or the model no FLOP count."""
     peak = peak_flops(gpu, _training_dtype(job))
     if peak is None:
         return None
-    if spec.is_transformer:
-        attention = _training_attention_flops(spec, job)
-        flops = (training_flops_per_token(spec, job) + (TRAINING_ATTENTION_COST - 1) * attention) * job.context
-    elif spec.forward_flops_per_sample:
-        flops = 3 * spec.forward_flops_per_sample
-    else:
+    if not spec.is_transformer:
+        return _cnn_micro_parts(spec, gpu, job, peak)
+    tokens = job.batch * job.context
+    efficiency = matmul_efficiency(spec, gpu, job)
+    matmul_flops = _param_factor(job) * _matmul_params(spec) * tokens
+    attention = _attention_forward_flops(spec, job.context) * tokens * (3.5 + job.recompute_forward_fraction)
+    attention_share = attention_ceiling(gpu, attention_kernel) if job.flash_attention else efficiency
+    parts = [
+        StepPart("compute", matmul_flops / (peak * efficiency), _(
+            "matmuls at {share} of the {rate} TFLOP/s peak: the {ceiling} the GPU sustains x the hidden size's and "
+            "the micro-batch's factors").format(share=f"{efficiency:.0%}", rate=f"{peak / 1e12:,.0f}",
+                                                ceiling=f"{_ceiling_share(gpu, job):.0%}")),
+        StepPart("attention", attention / (peak * attention_share), _(
+            "{kernel} forward and backward (2.5 forwards) at {share} of peak").format(
+                kernel=attention_kernel if job.flash_attention else _("attention as GEMMs"),
+                share=f"{attention_share:.0%}")),
+        StepPart("elementwise memory traffic", _bandwidth_s(gpu, _elementwise_bytes_per_token(spec, job) * tokens), _(
+            "norms, residuals, activations and the loss at {share} of the memory bandwidth").format(
+                share=f"{TRAINING_BANDWIDTH_EFFICIENCY:.0%}")),
+    ]
+    weights = _weight_traffic_part(spec, gpu, job)
+    if weights is not None:
+        parts.append(weights)
+    gpu_s = sum(part.seconds for part in parts)
+    passes = 2 + job.recompute_forward_fraction
+    host = (spec.layers or 1) * passes * TRAINING_HOST_S_PER_LAYER_PASS
+    if host > gpu_s:
+        parts.append(StepPart("host launch floor", host - gpu_s, _(
+            "the GPU waits on the host: {passes} passes x {layers} layers x {us} us of kernel launches").format(
+                passes=passes, layers=spec.layers or 1, us=f"{TRAINING_HOST_S_PER_LAYER_PASS * 1e6:.0f}")))
+    return tuple(parts)
+
+
+def _weight_traffic_part(spec: ModelSpec, gpu: GpuSpec, job: Job) -> StepPart | None:
+    """The per-micro-batch traffic over the weights themselves: QLoRA's NF4 dequantization in each pass, or full
+    mixed-precision training's weight casts and gradient accumulation."""
+    if job.task == "qlora":
+        passes = 2 + job.recompute_forward_fraction
+        return StepPart("NF4 dequantization", _bandwidth_s(gpu, passes * _matmul_params(spec) * NF4_DEQUANT_BYTES), _(
+            "{passes} passes read NF4 weights and write 16-bit copies").format(passes=passes))
+    if job.task == "full" and job.precision == "mixed":
+        return StepPart(WEIGHT_TRAFFIC, _bandwidth_s(
+            gpu, spec.params * AMP_PARAM_BYTES_PER_MICROBATCH), _(
+            "{bytes} B per parameter: fp32 weights cast to 16 bits, 16-bit gradients added to fp32").format(
+                bytes=AMP_PARAM_BYTES_PER_MICROBATCH))
+    return None
+
+
+def _cnn_micro_parts(spec: ModelSpec, gpu: GpuSpec, job: Job, peak: float) -> tuple[StepPart, ...] | None:
+    """A non-transformer's micro-batch: its measured forward FLOPs three times (forward and backward) at the
+    matmul ceiling, and CONV_TRAFFIC_PER_ACTIVATION_BYTE bytes per saved activation byte at the memory bandwidth
+    (batch norm, ReLU and their gradients, unfused)."""
+    if not spec.forward_flops_per_sample:
         return None
-    activations, _how = training_activation_bytes(spec, job.with_(batch=1))
-    traffic = activations * TRAINING_TRAFFIC_PER_ACTIVATION_BYTE
-    compute = flops / (peak * TRAINING_MFU) * (QLORA_SLOWDOWN if job.task == "qlora" else 1.0)
-    return compute + traffic / (gpu.memory_bandwidth_gbps * 1e9 * TRAINING_BANDWIDTH_EFFICIENCY)
+    share = _ceiling_share(gpu, job)
+    parts = [StepPart("compute", 3 * spec.forward_flops_per_sample * job.batch / (peak * share), _(
+        "convolutions and matmuls at {share} of the {rate} TFLOP/s peak").format(
+            share=f"{share:.0%}", rate=f"{peak / 1e12:,.0f}"))]
+    saved = (spec.activation_bytes_per_sample or 0) * (0.5 if job.mixed_precision else 1.0) * job.batch
+    if saved:
+        parts.append(StepPart("elementwise memory traffic", _bandwidth_s(gpu, saved * CONV_TRAFFIC_PER_ACTIVATION_BYTE),
+                              _("batch norm, activations and their gradients: {factor} B per saved activation "
+                                "byte").format(factor=f"{CONV_TRAFFIC_PER_ACTIVATION_BYTE:g}")))
+    return tuple(parts)
 
 
-def training_speed(spec: ModelSpec, gpu: GpuSpec, job: Job) -> Speed:
-    """Training throughput on ``job.world`` GPUs, from the seconds per sample on one; on several, one step's
-    compute and communication as estimate/parallel.py splits them."""
+def trainable_params(spec: ModelSpec, job: Job) -> int:
+    """Parameters the optimizer updates: all of them for full training, the adapters for LoRA and QLoRA."""
+    return spec.params if job.task == "full" else lora_adapter_params(spec, job)
+
+
+def optimizer_step_part(spec: ModelSpec, gpu: GpuSpec, job: Job) -> StepPart:
+    """The optimizer step, once per step whatever the batch: OPTIMIZER_BYTES_PER_PARAM plus gradient clipping's
+    GRAD_CLIP_BYTES_PER_PARAM per trainable parameter this GPU holds (tensor and pipeline parallelism split them,
+    ZeRO-1 and up split the optimizer over the data-parallel GPUs), at the memory bandwidth."""
+    tp, pp, dp = job.layout
+    shard = tp * pp * (dp if job.zero >= 1 else 1)
+    per_param = OPTIMIZER_BYTES_PER_PARAM[job.optimizer] + GRAD_CLIP_BYTES_PER_PARAM
+    if job.precision == "bf16":
+        per_param //= 2
+    params = trainable_params(spec, job) / shard
+    if job.offload != "none":
+        return _host_optimizer_step(gpu, job, params, per_param)
+    return StepPart("optimizer step", _bandwidth_s(gpu, params * per_param), _(
+        "{optimizer}: {bytes} B per trainable parameter ({params}M on this GPU) once per step").format(
+            optimizer=job.optimizer, bytes=per_param, params=f"{params / 1e6:,.1f}"))
+
+
+def _host_optimizer_step(gpu: GpuSpec, job: Job, params: float, per_param: int) -> StepPart:
+    """The step under ``--offload``: gradients down and weights up over PCIe, and the optimizer on the CPU at
+    HOST_OPTIMIZER_GBPS (an assumption, said in the item); neither overlaps the GPU's work in this model."""
+    from gpufly.estimate.comms import intra_link
+
+    link = intra_link(gpu, "pcie", 1)
+    seconds = params * OFFLOAD_LINK_BYTES_PER_PARAM / (link.bus_gbps * 1e9) + params * per_param / (
+        HOST_OPTIMIZER_GBPS * 1e9)
+    return StepPart("optimizer step", seconds, _(
+        "{optimizer} on the CPU (--offload {offload}): {bytes} B per parameter ({params}M) at an assumed {host} GB/s "
+        "of host memory bandwidth, and {link} B per parameter over {pcie}").format(
+            optimizer=job.optimizer, offload=job.offload, bytes=per_param, params=f"{params / 1e6:,.1f}",
+            host=f"{HOST_OPTIMIZER_GBPS:g}", link=OFFLOAD_LINK_BYTES_PER_PARAM, pcie=link.label))
+
+
+def _one_gpu_microbatches(job: Job) -> int:
+    return job.global_batch // job.batch if job.global_batch and job.global_batch % job.batch == 0 else 1
+
+
+def training_step_s_per_sample(spec: ModelSpec, gpu: GpuSpec, job: Job,
+                               attention_kernel: str = ATTENTION_KERNEL) -> float | None:
+    """Seconds per sample on one GPU holding the whole model: a micro-batch's items (training_micro_parts) over its
+    samples, plus the optimizer step spread over the step's samples (more micro-batches or a bigger batch make it
+    cheaper per sample)."""
+    parts = training_micro_parts(spec, gpu, job, attention_kernel)
+    if parts is None:
+        return None
+    m = _one_gpu_microbatches(job)
+    micro = sum(part.seconds for part in parts)
+    return (micro + optimizer_step_part(spec, gpu, job).seconds / m) / job.batch
+
+
+def training_speed(spec: ModelSpec, gpu: GpuSpec, job: Job, attention_kernel: str = ATTENTION_KERNEL) -> Speed:
+    """Training throughput on ``job.world`` GPUs: one step item by item (its micro-batches' matmuls, attention,
+    memory traffic and host floor, the optimizer step, and on several GPUs the communication as
+    estimate/parallel.py splits it)."""
     from gpufly.estimate.parallel import training_step
 
-    per_sample = training_step_s_per_sample(spec, gpu, job)
-    if per_sample is None:
+    parts = training_micro_parts(spec, gpu, job, attention_kernel)
+    if parts is None:
         if peak_flops(gpu, _training_dtype(job)) is None:
             return Speed(why=_("{vendor} publishes no dense tensor rate for the {gpu}").format(
                 vendor=gpu.vendor.upper(), gpu=gpu.name))
         return Speed(why=_("no FLOP count for this model"))
-    step = training_step(spec, gpu, job) if job.world > 1 else None
-    samples = step.samples_s if step is not None else 1 / per_sample
-    parts = step.parts if step is not None else (
-        StepPart("compute", per_sample * job.batch, _("one GPU, micro-batch {batch}").format(batch=job.batch)),)
-    bound = "compute and communication" if step is not None and any(p.communication for p in parts) else (
-        "compute and memory")
+    if job.world > 1:
+        step = training_step(spec, gpu, job, attention_kernel)
+        assert step is not None
+        samples, steps = step.samples_s, step.parts
+    else:
+        m = _one_gpu_microbatches(job)
+        how = _("one GPU, micro-batch {batch}").format(batch=job.batch) + (f" x {m}" if m > 1 else "")
+        first, *rest = parts
+        steps = (StepPart(first.name, first.seconds * m, f"{first.note}; {how}"),
+                 *(StepPart(part.name, part.seconds * m, part.note) for part in rest),
+                 optimizer_step_part(spec, gpu, job))
+        samples = job.batch * m / sum(part.seconds for part in steps)
+    bound = "compute and communication" if any(p.communication for p in steps) else "compute and memory"
     if spec.is_transformer:
-        return Speed(train_tokens_s=samples * job.context, train_samples_s=samples, bound=bound, step=parts)
-    return Speed(train_samples_s=samples, bound=bound, step=parts)
+        return Speed(train_tokens_s=samples * job.context, train_samples_s=samples, bound=bound, step=steps)
+    return Speed(train_samples_s=samples, bound=bound, step=steps)
 
 
 def inference_speed(spec: ModelSpec, gpu: GpuSpec, job: Job, prompt_tokens: int | None = None) -> Speed:
