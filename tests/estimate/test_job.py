@@ -173,8 +173,16 @@ def test_bad_training_options_are_one_error_with_a_hint(llama, options: dict, me
 
 
 def test_training_options_given_to_inference_are_notes(llama) -> None:
-    notes = _notes(llama, precision="bf16", checkpointing_mode="full", attention="eager", optimizer_in_backward=True,
+    notes = _notes(llama, precision="bf16", checkpointing_mode="full", optimizer_in_backward=True,
                    offload="optimizer", cuda_context_gib=1.0)
-    assert [note.split(" ")[0] for note in notes] == ["--precision", "--checkpointing-mode", "--attention",
+    assert [note.split(" ")[0] for note in notes] == ["--precision", "--checkpointing-mode",
                                                       "--optimizer-in-backward", "--offload", "--cuda-context"]
     assert all(note.endswith("(ignored)") for note in notes)
+
+
+def test_attention_applies_to_inference_too(llama) -> None:
+    assert _notes(llama, attention="eager") == []
+    assert Job.from_options(llama, attention="eager").attention == "eager"
+    assert Job.from_options(llama, attention="sdpa").attention == "sdpa"
+    assert Job.from_options(llama).attention == "flash"
+    assert Job.from_options(llama, engine="ollama").attention == "eager"

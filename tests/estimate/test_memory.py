@@ -374,3 +374,58 @@ def test_offloaded_qlora_keeps_only_the_nf4_constants_and_the_gathered_units(lla
     constants = round((llama8b.params - 2 * 128256 * 4096 - 266240) * 0.127 / 8)
     assert offloaded.get("weights") == constants and offloaded.get("gathered") > 0
     assert offloaded.host_bytes > weight_bytes(llama8b, weight_format("nf4")) // 2 - constants
+
+
+def test_a_transformers_prefill_runs_the_prompt_not_the_context() -> None:
+    """Qwen's speed benchmark ran 1+2048 tokens: a one-token prefill, whose activations are a few MiB, not the
+    activations of a 2,049-token prompt (what the estimate charged before the Job knew the prompt)."""
+    qwen = load_model("qwen2.5-3b")
+    whole = inference_memory(qwen, Job(quant="int4", context=2049)).get("activations")
+    decode_only = inference_memory(qwen, Job(quant="int4", context=2049, prompt=1)).get("activations")
+    h, f = qwen.hidden or 0, qwen.intermediate or 0
+    assert decode_only == (3 * f + 4 * h) * 2 + 151936 * 4
+    assert whole - decode_only == 2048 * (3 * f + 4 * h) * 2
+    with pytest.raises(GpuflyError, match="prompt must be within"):
+        Job(context=2049, prompt=4096)
+
+
+def test_an_awq_checkpoint_that_stores_its_lm_head_holds_a_second_copy() -> None:
+    """Qwen2.5-1.5B-Instruct ties its LM head to the embedding; Qwen's AWQ checkpoint stores both (QwenLM/Qwen3#1117),
+    so its config unties them and the 16-bit head is counted apart: 151936 x 1536 x 2 bytes (0.43 GiB), the gap the
+    Qwen2.5 speed table shows between AWQ and GPTQ-Int4 at 1.5B-3B."""
+    config = {"model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
+              "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936}
+    tied = spec_from_config({**config, "tie_word_embeddings": True}, "Qwen2.5-1.5B-Instruct", "t")
+    awq = spec_from_config({**config, "tie_word_embeddings": False}, "Qwen2.5-1.5B-Instruct-AWQ", "t")
+    job = Job(quant="awq", context=2049, prompt=1)
+    extra = inference_memory(awq, job).get("weights") - inference_memory(tied, job).get("weights")
+    assert extra == 151936 * 1536 * 2
+    said = inference_memory(tied, job).notes
+    assert any("tie_word_embeddings: false" in note and "0.43 GiB" in note for note in said)
+    assert not any("tie_word_embeddings" in note for note in inference_memory(awq, job).notes)
+
+
+def test_eager_attention_holds_one_layers_scores_in_a_transformers_prefill(llama8b: ModelSpec) -> None:
+    flash = inference_memory(llama8b, Job(context=8192, flash_attention=True)).get("activations")
+    eager = inference_memory(llama8b, Job(context=8192, flash_attention=False)).get("activations")
+    assert eager - flash == 8192 * 8192 * (6 * 32 + 2)
+    assert "eager attention" in inference_memory(llama8b, Job(context=8192, flash_attention=False)).items[2].note
+
+
+def test_a_wide_attention_outweighs_a_narrow_mlp() -> None:
+    """A model whose 32 heads of 128 (4096) are four times its hidden size, over an MLP of 3072: its prefill peaks
+    in attention (q and RoPE's three temporaries beside k, v, the residual and the norm), not in the MLP the Qwen2.5
+    rows were calibrated on. (Qwen3-0.6B, 16 heads of 128 over 1024, still peaks in its MLP: 12,288 < 13,312.)"""
+    wide = spec_from_config({"model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072,
+                             "num_hidden_layers": 28, "num_attention_heads": 32, "num_key_value_heads": 8,
+                             "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": True}, "wide", "t")
+    act = inference_memory(wide, Job(context=1000)).get("activations") - 151936 * 4
+    assert act == 1000 * (2 * 1024 + 4 * 4096 + 2 * 1024) * 2 > 1000 * (3 * 3072 + 4 * 1024) * 2
+
+
+def test_a_long_prompt_says_what_an_older_transformers_would_add(llama8b: ModelSpec) -> None:
+    notes = inference_memory(llama8b, Job(context=32768)).notes
+    size = 6 * 32768 * 128256 / GIB
+    assert any("4.45" in note and f"{size:.1f} GiB" in note for note in notes)
+    assert not any("4.45" in note for note in inference_memory(llama8b, Job(context=512)).notes)
+    assert not any("4.45" in note for note in inference_memory(llama8b, Job(context=32768, engine="vllm")).notes)

@@ -66,8 +66,9 @@ CheckpointingMode = Annotated[str | None, typer.Option(
     "--checkpointing-mode", help="Activation checkpointing: none, selective (every other layer, torchtitan's "
     "selective_ac_option 2) or full. Default: the task's recipe, as --checkpointing.", show_default=False)]
 Attention = Annotated[str | None, typer.Option(
-    "--attention", help="Training attention: flash, sdpa (flash or memory-efficient kernels on CUDA) or eager (stores "
-    "s x s softmax per head and layer). Default: flash.", show_default=False)]
+    "--attention", help="Attention kernel: flash, sdpa (flash or memory-efficient kernels on CUDA) or eager (stores "
+    "s x s softmax per head and layer: in training for backward, in a transformers prefill one layer's at a time). "
+    "Default: flash in training, the engine's default in inference.", show_default=False)]
 OptimizerInBackward = Annotated[bool, typer.Option(
     "--optimizer-in-backward", help="Step each parameter as backward makes its gradient (torchtune's "
     "optimizer_in_bwd): only the largest gradient is live.")]

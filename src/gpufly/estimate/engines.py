@@ -312,7 +312,7 @@ allocates its weights, KV cache and compute buffer as fixed ggml backend buffers
 VRAM_MEDIAN_ERROR = 0.015
 """Median error of the memory estimate against measured peaks (docs/calibration.md: 1.5% over the
 Qwen2.5 rows). A fit with less room than this share of its total is within the estimate's error."""
-SPEED_MEDIAN_ERROR: dict[str, float] = {"transformers": 0.06, "vllm": 0.11, "llama.cpp": 0.08, "training": 0.10}
+SPEED_MEDIAN_ERROR: dict[str, float] = {"transformers": 0.06, "vllm": 0.11, "llama.cpp": 0.08, "training": 0.07}
 """Median error of a speed prediction, per engine (decode tok/s on one GPU) and for training (samples/s), from
 `python benchmarks/estimate_accuracy.py` (docs/calibration.md). Each prediction carries its own 80% range
 (estimate/ranges.py); `recommend` still calls two setups a near-tie when they are within +-this share, a

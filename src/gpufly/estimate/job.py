@@ -86,6 +86,9 @@ class Job:
     offload: str = "none"
     cuda_context_bytes: int = 0
     """The runtime's CUDA context; 0 is the stack's default (memory.TRAINING_CUDA_CONTEXT)."""
+    prompt: int = 0
+    """Inference: tokens of each prompt, the part of ``context`` a transformers prefill runs at once; 0: the whole
+    context (the largest prefill it allows)."""
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -104,6 +107,9 @@ class Job:
             if not isinstance(value, int) or value < 0:
                 raise GpuflyError(f"{flag} must be a positive whole number, got {value}", hint=f"e.g. {flag} 8")
         self._check_layout()
+        if not isinstance(self.prompt, int) or not 0 <= self.prompt <= self.context:
+            raise GpuflyError(f"the prompt must be within 0..{self.context} tokens (--ctx), got {self.prompt}",
+                              hint="the context holds the prompt and the generated tokens")
         if self.offload not in OFFLOADS:
             _bad("offload", self.offload, OFFLOADS)
         if not isinstance(self.cuda_context_bytes, int) or not 0 <= self.cuda_context_bytes <= \
@@ -141,8 +147,8 @@ class Job:
 
         ``precision`` (mixed, bf16, fp32) is the training recipe; ``fp32`` is its alias ``precision="fp32"``.
         ``checkpointing_mode`` (none, selective, full) refines ``checkpointing``; ``attention`` (flash, sdpa, eager)
-        is the training attention kernel; ``offload`` (none, optimizer, params) puts training state in host memory;
-        ``cuda_context_gib`` replaces the stack's default CUDA context.
+        is the attention kernel (in inference the engine's default when None); ``offload`` (none, optimizer, params)
+        puts training state in host memory; ``cuda_context_gib`` replaces the stack's default CUDA context.
 
         Options that contradict each other (`--fsdp full_shard --zero 2`, `--fp32 --precision bf16`) are refused;
         options the task does not use (`--zero` for inference, `--lora-rank` for full training) are said, one
@@ -163,7 +169,7 @@ class Job:
         unused = _unused_options(task, zero=zero, fsdp=fsdp, lora_rank=lora_rank, lora_targets=lora_targets,
                                  checkpointing=checkpointing, fp32=fp32, quant=quant)
         unused += _unused_training_options(task, precision=given_precision,
-                                           checkpointing_mode=checkpointing_mode, attention=attention,
+                                           checkpointing_mode=checkpointing_mode,
                                            optimizer_in_backward=optimizer_in_backward, offload=offload,
                                            cuda_context_gib=cuda_context_gib)
         fp32 = precision == "fp32"
@@ -209,7 +215,7 @@ class Job:
                   global_batch=global_batch or 0,
                   flash_attention=_flash(runtime.flash_attention_default, task, attention),
                   master_weights=precision != "bf16", selective=mode == "selective",
-                  sdpa=task != "infer" and attention == "sdpa", optimizer_in_backward=optimizer_in_backward,
+                  sdpa=attention == "sdpa", optimizer_in_backward=optimizer_in_backward,
                   offload=offload or "none", cuda_context_bytes=context_bytes)
         for sentence in unused:  # once the options are known to be valid: a refused run needs no notes
             (note or _ignore)(sentence)
@@ -339,9 +345,9 @@ def _checkpointing_mode(checkpointing: bool | None, mode: str | None) -> str | N
 
 
 def _flash(engine_default: bool, task: str, attention: str | None) -> bool:
-    """Whether attention runs a flash-style kernel (no s x s scores): training's --attention, flash by default; for
-    inference, the engine's default."""
-    if task == "infer":
+    """Whether attention runs a flash-style kernel (no s x s scores): --attention, flash by default in training and
+    the engine's default in inference."""
+    if task == "infer" and attention is None:
         return engine_default
     return attention != "eager"
 
@@ -395,13 +401,13 @@ def _unused_options(task: str, *, zero: int, fsdp: str | None, lora_rank: int | 
 
 
 def _unused_training_options(task: str, *, precision: str | None, checkpointing_mode: str | None,
-                             attention: str | None, optimizer_in_backward: bool, offload: str | None,
+                             optimizer_in_backward: bool, offload: str | None,
                              cuda_context_gib: float | None) -> list[str]:
     """A sentence for each training-memory option given to inference, which does not use it."""
     if task != "infer":
         return []
     given = [flag for flag, value in (("--precision", precision), ("--checkpointing-mode", checkpointing_mode),
-                                      ("--attention", attention), ("--optimizer-in-backward", optimizer_in_backward),
+                                      ("--optimizer-in-backward", optimizer_in_backward),
                                       ("--offload", offload), ("--cuda-context", cuda_context_gib))
              if value not in (None, False)]
     return [_("{option} shapes a training step; inference does not use it (ignored)").format(option=flag)

@@ -141,12 +141,79 @@ def _mlp_width(spec: ModelSpec) -> int:
     return spec.intermediate or 4 * (spec.hidden or 0)
 
 
-def _prefill_activation_bytes(spec: ModelSpec, tokens: int) -> int:
-    """Peak of one layer's live tensors in a 16-bit prefill of ``tokens`` (flash attention): the
-    gate, up and activated MLP outputs (3F) beside the residual, norm and attention output (4h).
-    Calibrated on Qwen2.5's published transformers memory table (docs/calibration.md)."""
+EAGER_SCORE_BYTES = 6
+"""Bytes per head and query-key pair eager attention holds in a 16-bit prefill, one layer at a time: the 16-bit
+scores (with the mask added) beside their fp32 softmax (softmax(dtype=float32)), then that softmax beside its
+16-bit copy (transformers' eager_attention_forward): 2 + 4 at the softmax, 4 + 2 after it."""
+OLD_PROMPT_LOGITS_BYTES = 6
+"""Bytes per prompt token and vocabulary entry a transformers generate before 4.45 holds after the prefill: the
+model returns the whole prompt's 16-bit logits and upcasts them to fp32 (logits.float()). 4.45 computes only the last
+token's (num_logits_to_keep, huggingface/transformers#31292, from #30860; logits_to_keep since 4.50)."""
+OLD_LOGITS_NOTE_BYTES = GIB
+"""Where the logits of an older transformers would add this much or more, the breakdown says so."""
+
+
+def _prefill_activation_bytes(spec: ModelSpec, tokens: int, attention: str = "flash", sequence: int = 0) -> int:
+    """Peak of one layer's live tensors in a 16-bit prefill of ``tokens`` (``sequence`` per prompt): the larger of
+    its MLP phase and its attention phase.
+
+    MLP: the gate, up and activated outputs (3F) beside the residual, norm and attention output (4h); calibrated on
+    Qwen2.5's published transformers memory table (docs/calibration.md). Attention: the residual and norm output (2h),
+    q and the three RoPE temporaries of q (q*cos, rotate_half(q)*sin, their sum: 4Q, Q = heads x head_dim, which
+    Qwen3 makes wider than h), k and v (2K); SDPA's copies of K and V repeated to every head (transformers'
+    repeat_kv) come after RoPE's temporaries are freed and peak no higher. Eager attention adds one layer's scores,
+    EAGER_SCORE_BYTES per head and query-key pair, and the 16-bit causal mask built once (2 bytes per pair)."""
     h = spec.hidden or 0
-    return tokens * (3 * _mlp_width(spec) + 4 * h) * 2
+    heads = spec.heads or 0
+    head_dim = spec.attention.head_dim if spec.attention is not None and spec.attention.head_dim else (
+        h // heads if heads else 0)
+    kv_heads = spec.attention.kv_heads if spec.attention is not None and spec.attention.kv_heads else heads
+    mlp = 3 * _mlp_width(spec) + 4 * h
+    attend = 2 * h + 4 * heads * head_dim + 2 * kv_heads * head_dim
+    peak = tokens * max(mlp, attend) * 2
+    if attention == "eager":
+        peak += tokens * sequence * (EAGER_SCORE_BYTES * heads + 2)
+    return peak
+
+
+def _prefill_item(spec: ModelSpec, job: Job, runtime: Engine, context: int) -> tuple[int, str]:
+    """A PyTorch engine's activation peak per GPU and its note: the prefill of the prompt (transformers runs a prompt
+    whole; ``job.prompt``, or the whole context when not given) or of the engine's token budget (vLLM profiles at
+    max_num_batched_tokens, the chunked engines at their chunk), plus the last token's fp32 logits."""
+    if runtime.name == "transformers":
+        sequence = job.prompt or context
+        tokens = sequence * job.batch
+        attention = job.attention
+    else:
+        tokens = min(context * job.batch, VLLM_MAX_BATCHED_TOKENS if runtime.name == "vllm"
+                     else runtime.activation_tokens or context * job.batch)
+        sequence, attention = min(context, tokens), "flash"
+    activations = (_prefill_activation_bytes(spec, tokens, attention, sequence) // job.gpus
+                   + job.batch * (spec.vocab or 0) * 4)
+    kernel = {"flash": _("flash attention"), "sdpa": _("SDPA attention"),
+              "eager": _("eager attention: one layer's s x s scores")}[attention]
+    return activations, _("prefill peak for {tokens} prompt tokens ({kernel}) + fp32 logits of the last token").format(
+        tokens=f"{tokens:,}", kernel=kernel)
+
+
+def _transformers_notes(spec: ModelSpec, job: Job, runtime: Engine, fmt: WeightFormat) -> list[str]:
+    """What the transformers estimate assumes of the stack where another choice would change it by much: the logits
+    of the prompt (transformers before 4.45 keeps them all) and a quantized checkpoint's LM head (tied or not)."""
+    if runtime.name != "transformers":
+        return []
+    notes = []
+    old_logits = OLD_PROMPT_LOGITS_BYTES * (job.prompt or job.context) * job.batch * (spec.vocab or 0) // job.gpus
+    if old_logits >= OLD_LOGITS_NOTE_BYTES:
+        notes.append(_("assumes transformers 4.45 or newer, whose generate computes only the last token's logits "
+                       "(num_logits_to_keep); an older one holds the whole prompt's logits in 16 and 32 bits: "
+                       "{size} GiB more per GPU").format(size=f"{old_logits / GIB:.1f}"))
+    if spec.tie_embeddings and fmt.keeps_embeddings_16bit and fmt.bits_per_weight < 16 and spec.embedding_params:
+        head = 2 * spec.embedding_params // job.gpus
+        notes.append(_("the LM head shares the token embedding (tied), as the model's config says; some quantized "
+                       "checkpoints store it apart (Qwen2.5-1.5B-Instruct-AWQ, whose config.json then says "
+                       "tie_word_embeddings: false): {size} GiB more per GPU for one").format(
+            size=f"{head / GIB:.2f}"))
+    return notes
 
 
 def _llama_cpp_compute_buffer(spec: ModelSpec, context: int) -> int:
@@ -261,14 +328,8 @@ def inference_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
             weights_note += _("; the token embedding ({size} GiB) stays in host memory").format(
                 size=f"{on_host / GIB:.2f}")
     elif spec.is_transformer:
-        tokens = context * job.batch
-        if runtime.name == "vllm":
-            tokens = min(tokens, VLLM_MAX_BATCHED_TOKENS)
-        elif runtime.activation_tokens:
-            tokens = min(tokens, runtime.activation_tokens)
-        activations = _prefill_activation_bytes(spec, tokens) // tp + job.batch * (spec.vocab or 0) * 4
-        act_note = _("prefill peak for {tokens} tokens (flash attention) + fp32 logits of the last token").format(
-            tokens=f"{tokens:,}")
+        activations, act_note = _prefill_item(spec, job, runtime, context)
+        notes += _transformers_notes(spec, job, runtime, fmt)
     else:
         activations = round((spec.activation_bytes_per_sample or 0) * job.batch)
         act_note = _("upper bound: the activations a training step saves, per sample x batch")
