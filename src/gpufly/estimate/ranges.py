@@ -250,14 +250,16 @@ def _outside(band: Band, where: Where) -> list[str]:
 
 def band_for(where: Where, table: RangeTable | None = None) -> tuple[float, float, Basis]:
     """The log-ratio bounds for one prediction and their basis: the group's own band when it has MIN_ROWS rows,
-    else the metric's band across engines (in this regime, else on one GPU, else on several, whichever first has
-    MIN_ROWS rows) widened; widened again outside the calibrated region."""
+    else the metric's band across engines (in this regime, else on one GPU, and for memory else on several GPUs:
+    one GPU's share of a job is estimated alike however many there are, unlike a speed) widened; widened again
+    outside the calibrated region."""
     table = table or default_table()
     group = regime(where.gpus)
     own = table.find(where.metric, where.engine, group)
     widened: list[str] = []
+    borrowed = (table.find(where.metric, "all", "multi-GPU"),) if where.metric in MEMORY_METRICS else ()
     shared = next((b for b in (table.find(where.metric, "all", group), table.find(where.metric, "all", "1 GPU"),
-                               table.find(where.metric, "all", "multi-GPU"))
+                               *borrowed)
                    if b is not None and b.rows >= MIN_ROWS), None)
     host = _built_on(where.engine)
     kin = table.find(where.metric, host, group) if own is None and host else None
