@@ -569,3 +569,15 @@ def test_training_recipes_are_options_and_items(cli) -> None:
     assert items("--attention", "eager")["activations"] > items("--attention", "sdpa")["activations"]
     text = cli("fit", LLAMA, "--gpu", "h100 sxm", "--task", "full", "--offload", "optimizer").stdout
     assert "host memory for --offload optimizer" in text
+
+
+def test_fit_prefills_the_prompt_not_the_whole_context(cli) -> None:
+    whole = json.loads(cli("fit", "qwen2.5-7b", "--gpu", "4090", "--ctx", "8192", "--json").stdout)
+    short = json.loads(cli("fit", "qwen2.5-7b", "--gpu", "4090", "--ctx", "8192", "--prompt", "1024",
+                           "--json").stdout)
+
+    def activations(document: dict) -> int:
+        return next(item["bytes"] for item in document["results"][0]["memory"]["items"]
+                    if item["name"] == "activations")
+
+    assert short["job"]["prompt"] == 1024 and activations(short) < activations(whole) / 4

@@ -186,3 +186,19 @@ def test_attention_applies_to_inference_too(llama) -> None:
     assert Job.from_options(llama, attention="sdpa").attention == "sdpa"
     assert Job.from_options(llama).attention == "flash"
     assert Job.from_options(llama, engine="ollama").attention == "eager"
+
+
+def test_a_prompt_is_part_of_the_context_and_a_shorter_context_shortens_it() -> None:
+    spec = load_model("qwen2.5-7b")
+    job = Job.from_options(spec, context=8192, prompt=2048)
+    assert job.prompt == 2048
+    assert job.with_(context=1024).prompt == 1024, "--max-ctx tries shorter contexts"
+    assert job.with_(context=4096).prompt == 2048
+    for bad in (0, -5):
+        with pytest.raises(GpuflyError, match="--prompt must be a positive"):
+            Job.from_options(spec, context=8192, prompt=bad)
+    with pytest.raises(GpuflyError, match="longer than the context"):
+        Job.from_options(spec, context=1024, prompt=2048)
+    said: list[str] = []
+    training = Job.from_options(spec, task="lora", context=1024, prompt=100, note=said.append)
+    assert training.prompt == 0 and any("--prompt" in sentence for sentence in said)

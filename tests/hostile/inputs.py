@@ -413,6 +413,7 @@ NUMBERS: tuple[Number, ...] = (
     Number("gpus --min-vram", ("gpus", "--min-vram", "{value}"), accepts=frozenset({"zero", "a fraction", "huge"})),
     Number("fit --ctx", (*_FIT, "--ctx", "{value}"), accepts=frozenset({"huge"})),
     Number("fit --batch", (*_FIT, "--batch", "{value}"), accepts=frozenset({"huge"})),
+    Number("fit --prompt", (*_FIT, "--prompt", "{value}"), accepts=frozenset()),
     Number("fit --zero", (*_FIT_TRAIN, "--zero", "{value}"), accepts=frozenset({"zero"})),
     Number("fit --lora-rank", (*_FIT_LORA, "--lora-rank", "{value}"), accepts=frozenset({"huge"})),
     Number("fit --gpu-memory-utilization", (*_FIT, "--gpu-memory-utilization", "{value}"),

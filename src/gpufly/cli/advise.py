@@ -75,6 +75,9 @@ OptimizerInBackward = Annotated[bool, typer.Option(
 Offload = Annotated[str | None, typer.Option(
     "--offload", help="Training state in host memory: optimizer (ZeRO-Offload: gradients, master weights and "
     "optimizer states) or params (also the weights, FSDP CPU offload). Default: none.", show_default=False)]
+Prompt = Annotated[int | None, typer.Option(
+    "--prompt", metavar="TOKENS", help="Inference: tokens of each prompt, the part of --ctx a prefill runs at once. "
+    "Default: the whole --ctx (the largest prefill it allows).", show_default=False)]
 CudaContext = Annotated[float | None, typer.Option(
     "--cuda-context", metavar="GIB", help="Training: the CUDA context in GiB, as nvidia-smi shows for an idle torch "
     "process. Default: 0.49 (0.27-0.62 with lazy or eager module loading; more with many libraries' kernels).",
@@ -437,6 +440,7 @@ def fit(
     microbatches: Microbatches = None, global_batch: GlobalBatch = None, precision: Precision = None,
     checkpointing_mode: CheckpointingMode = None, attention: Attention = None,
     optimizer_in_backward: OptimizerInBackward = False, offload: Offload = None, cuda_context: CudaContext = None,
+    prompt: Prompt = None,
     max_ctx: Annotated[bool, typer.Option("--max-ctx", help="Solve for the longest context that fits.")] = False,
     max_batch: Annotated[bool, typer.Option("--max-batch", help="Solve for the largest batch that fits.")] = False,
     exact: Annotated[bool, typer.Option("--exact", help="Count parameters on the meta device (transformers).")] = False,
@@ -450,6 +454,7 @@ def fit(
       gpufly fit llama-3.1-8b --gpu 4090
       gpufly fit qwen2.5-7b --gpu 4090 --task qlora --max-batch --lang zh
       gpufly fit llama-3.1-8b --gpu 4xA100-PCIe-80GB --engine vllm --link pcie --json
+      gpufly fit qwen2.5-7b --gpu 4090 --ctx 8192 --prompt 6144
       gpufly fit llama-3.1-70b --task full --gpu 8xH100 --nodes 4 --tp 8 --pp 4 --global-batch 512
     """
     choose_language(lang, json_out)
@@ -477,7 +482,7 @@ def fit(
                             microbatches=microbatches, global_batch=global_batch, precision=precision,
                             checkpointing_mode=checkpointing_mode, attention=attention,
                             optimizer_in_backward=optimizer_in_backward, offload=offload,
-                            cuda_context_gib=cuda_context, note=print_note)
+                            cuda_context_gib=cuda_context, prompt=prompt, note=print_note)
     out = console()
     solve = {"max_ctx": max_ctx, "max_batch": max_batch}
     if not targets:
@@ -595,6 +600,7 @@ def recommend(
     gpu_memory_utilization: GpuMemory = 0.9, nodes: Nodes = 1, internode: InternodeOpt = None, nics: Nics = None,
     precision: Precision = None, checkpointing_mode: CheckpointingMode = None, attention: Attention = None,
     optimizer_in_backward: OptimizerInBackward = False, offload: Offload = None, cuda_context: CudaContext = None,
+    prompt: Prompt = None,
     budget: Annotated[
         float | None, typer.Option("--budget", metavar="USD", help="Most to spend (launch prices).")
     ] = None,
@@ -628,7 +634,7 @@ def recommend(
                            nodes=nodes, internode=internode, nics=nics, precision=precision,
                            checkpointing_mode=checkpointing_mode, attention=attention,
                            optimizer_in_backward=optimizer_in_backward, offload=offload, cuda_context_gib=cuda_context,
-                           note=print_note)
+                           prompt=prompt, note=print_note)
     ranking = rank(spec, job, default_catalog(), budget_usd=budget, max_gpus=max_gpus, prefer=prefer)
     if json_out:
         print_json({"schema_version": SCHEMA_VERSION, "model": spec.to_dict(), "job": job.to_dict(),

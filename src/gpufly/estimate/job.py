@@ -133,7 +133,8 @@ class Job:
                      pipeline_parallel: int = 1, microbatches: int | None = None, global_batch: int | None = None,
                      precision: str | None = None, checkpointing_mode: str | None = None,
                      attention: str | None = None, optimizer_in_backward: bool = False, offload: str | None = None,
-                     cuda_context_gib: float | None = None, note: Callable[[str], None] | None = None) -> Job:
+                     cuda_context_gib: float | None = None, prompt: int | None = None,
+                     note: Callable[[str], None] | None = None) -> Job:
         """The Job a person's options describe for ``spec``, as `gpufly fit` and `recommend` take them.
 
         A GGUF file brings its own format (and llama.cpp for inference) as the defaults, and options the user gave
@@ -149,6 +150,8 @@ class Job:
         ``checkpointing_mode`` (none, selective, full) refines ``checkpointing``; ``attention`` (flash, sdpa, eager)
         is the attention kernel (in inference the engine's default when None); ``offload`` (none, optimizer, params)
         puts training state in host memory; ``cuda_context_gib`` replaces the stack's default CUDA context.
+        ``prompt`` (inference) is the tokens of each prompt, the part of ``context`` a prefill runs at once; None:
+        the whole context, the largest prefill the context allows.
 
         Options that contradict each other (`--fsdp full_shard --zero 2`, `--fp32 --precision bf16`) are refused;
         options the task does not use (`--zero` for inference, `--lora-rank` for full training) are said, one
@@ -172,6 +175,14 @@ class Job:
                                            checkpointing_mode=checkpointing_mode,
                                            optimizer_in_backward=optimizer_in_backward, offload=offload,
                                            cuda_context_gib=cuda_context_gib)
+        if prompt is not None and (not isinstance(prompt, int) or prompt <= 0):
+            raise GpuflyError(f"--prompt must be a positive whole number, got {prompt}", hint="e.g. --prompt 2048")
+        if prompt is not None and task != "infer":
+            unused.append(_("--prompt sizes an inference prefill; training runs --ctx tokens a sequence (ignored)"))
+            prompt = None
+        if prompt is not None and prompt > context:
+            raise GpuflyError(f"--prompt {prompt} is longer than the context ({context} tokens, --ctx)",
+                              hint=f"the context holds the prompt and the output: --ctx {prompt + 512} or more")
         fp32 = precision == "fp32"
         unused += _unused_scale_options(task, nodes=nodes, internode=internode, nics=nics,
                                         pipeline_parallel=pipeline_parallel, microbatches=microbatches,
@@ -216,7 +227,7 @@ class Job:
                   flash_attention=_flash(runtime.flash_attention_default, task, attention),
                   master_weights=precision != "bf16", selective=mode == "selective",
                   sdpa=attention == "sdpa", optimizer_in_backward=optimizer_in_backward,
-                  offload=offload or "none", cuda_context_bytes=context_bytes)
+                  offload=offload or "none", cuda_context_bytes=context_bytes, prompt=prompt or 0)
         for sentence in unused:  # once the options are known to be valid: a refused run needs no notes
             (note or _ignore)(sentence)
         return job
@@ -293,6 +304,9 @@ class Job:
                               hint=f"--tp {self.gpus} or less keeps tensor parallelism inside a node")
 
     def with_(self, **changes: Any) -> Job:
+        """This job with ``changes``; a shorter context (as ``--max-ctx`` tries) shortens a prompt past its end."""
+        if "context" in changes and "prompt" not in changes and self.prompt > changes["context"]:
+            changes["prompt"] = changes["context"]
         return replace(self, **changes)
 
     @property
