@@ -453,8 +453,7 @@ def fit(
     Examples:
       gpufly fit llama-3.1-8b --gpu 4090
       gpufly fit qwen2.5-7b --gpu 4090 --task qlora --max-batch --lang zh
-      gpufly fit llama-3.1-8b --gpu 4xA100-PCIe-80GB --engine vllm --link pcie --json
-      gpufly fit qwen2.5-7b --gpu 4090 --ctx 8192 --prompt 6144
+      gpufly fit qwen2.5-7b --gpu 4xA100-PCIe-80GB --engine vllm --link pcie --ctx 8192 --prompt 6144 --json
       gpufly fit llama-3.1-70b --task full --gpu 8xH100 --nodes 4 --tp 8 --pp 4 --global-batch 512
     """
     choose_language(lang, json_out)
