@@ -1,12 +1,15 @@
 """What the profiler costs a training loop, side by side with ``torch.profiler`` on the same loops.
 
 Two CPU (or ``--device cuda``) MLP training loops with Adam over a DataLoader, sized for about 1 ms and about
-30 ms per step. Each round runs one block of steps three ways, in an order that rotates from round to round so
-that drift in the machine's speed falls on all three alike:
+30 ms per step. Each round runs one block of steps four ways, in an order that rotates from round to round so
+that drift in the machine's speed falls on all of them alike:
 
 - ``plain``: the loop as written;
 - ``gpufly``: everything a user turns on: ``prof.loader``, ``with prof.step()``, ``prof.watch(model, optimizer)``
   (module and optimizer hooks, the sync counter on its sampled steps, memory readings);
+- ``gpufly profile``: the loop as written, attached the way ``gpufly profile script.py`` attaches (every
+  DataLoader iteration timed, torch's global optimizer hooks on every step ending the steps, the sync counter on
+  the sampled steps);
 - ``torch.profiler``: the same loop inside ``torch.profiler.profile`` (CPU activities; CUDA too on a GPU),
   ``prof.step()`` each step: its in-loop cost, the trace's processing after the loop left out.
 
@@ -16,7 +19,8 @@ the same round; the figure printed is the median over rounds with a 95% bootstra
 shown too: it carries the profiler's sampled steps, which the median leaves out; and the CPU time of the loop's
 thread over the block (one torch thread: the loop's whole work), which other processes taking the CPU away do
 not inflate, so on a shared, busy machine it resolves what the wall-clock figures cannot. ``gpufly says`` is the
-overhead the profiler reports about itself (timed inside its own hooks), to set against the outside figure.
+overhead the profiler reports about itself (timed inside its own hooks), to set against the outside figure, with
+its own time on a plain step and on a detailed (sampled) one, and how many steps of a block were detailed.
 
 Run: ``python benchmarks/profile_overhead.py [--rounds 15] [--device cuda]``.
 """
@@ -36,6 +40,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import gpufly
+from gpufly.profile.records import ProfileData
 
 
 @dataclass(frozen=True)
@@ -48,9 +53,12 @@ class LoopSize:
     steps: int
 
 
-LOOPS = (LoopSize("~1 ms step", width=160, batch=32, steps=200),
+LOOPS = (LoopSize("~1 ms step", width=160, batch=32, steps=1000),
          LoopSize("~30 ms step", width=1024, batch=384, steps=24))
-"""Sized on the 2-vCPU VM with one torch thread; the step time measured is printed, not assumed."""
+"""Sized on the 2-vCPU VM with one torch thread; the step time measured is printed, not assumed. A block is a
+fresh profiler's run: the 1 ms loop's 1000 steps hold its first 8 detailed steps and the windows of 16 that its
+schedule opens at steps 440 and 653 (a block of 200 would hold no window, and so leave out their cost); the 30 ms
+loop's 24 steps hold the first 8 detailed steps, a third of the block."""
 
 
 @dataclass
@@ -92,6 +100,10 @@ class Block:
     times: list[float]
     cpu_per_step_s: float
     gpufly_says_s: float | None = None
+    plain_own_s: float | None = None
+    """gpufly's own time on a step it did not look inside (median), and on one it did."""
+    detailed_own_s: float | None = None
+    detailed: int = 0
 
 
 def timed_steps(batches: Iterable[tuple[torch.Tensor, torch.Tensor]], run_step: Callable[..., None]) -> Block:
@@ -121,9 +133,26 @@ def with_gpufly(loop: Loop) -> Block:
         with prof.step():
             loop.step(x, y)
 
-    block = timed_steps(prof.loader(loop.loader), step)
-    data = prof.finish()
+    return said(timed_steps(prof.loader(loop.loader), step), prof.finish())
+
+
+def with_gpufly_profile(loop: Loop) -> Block:
+    from gpufly.profile.attach import attached
+
+    prof = gpufly.Profiler(warmup=0, device=loop.device, nvml_interval=None)
+    with attached(prof):
+        block = timed_steps(loop.loader, loop.step)
+    return said(block, prof.finish())
+
+
+def said(block: Block, data: ProfileData) -> Block:
+    """The block with what gpufly says about its own time."""
     block.gpufly_says_s = data.overhead.per_step_s if data.overhead is not None else None
+    plain = [s.own_s for s in data.steps if not s.detailed and s.own_s is not None]
+    detailed = [s.own_s for s in data.steps if s.detailed and s.own_s is not None]
+    block.plain_own_s = statistics.median(plain) if plain else None
+    block.detailed_own_s = statistics.median(detailed) if detailed else None
+    block.detailed = len(detailed)
     return block
 
 
@@ -140,7 +169,9 @@ def with_torch_profiler(loop: Loop) -> Block:
 
 
 VARIANTS: dict[str, Callable[[Loop], Block]] = {
-    "plain": plain, "gpufly": with_gpufly, "torch.profiler": with_torch_profiler}
+    "plain": plain, "gpufly": with_gpufly, "gpufly profile": with_gpufly_profile, "torch.profiler": with_torch_profiler}
+SAYS = ("gpufly", "gpufly profile")
+"""The variants that report their own time."""
 
 
 @dataclass
@@ -150,7 +181,7 @@ class Blocks:
     medians: dict[str, list[float]] = field(default_factory=lambda: {name: [] for name in VARIANTS})
     means: dict[str, list[float]] = field(default_factory=lambda: {name: [] for name in VARIANTS})
     cpu: dict[str, list[float]] = field(default_factory=lambda: {name: [] for name in VARIANTS})
-    gpufly_says_s: list[float] = field(default_factory=list)
+    says: dict[str, list[Block]] = field(default_factory=lambda: {name: [] for name in SAYS})
 
 
 def measure(size: LoopSize, device: str, rounds: int) -> Blocks:
@@ -165,8 +196,8 @@ def measure(size: LoopSize, device: str, rounds: int) -> Blocks:
             blocks.medians[name].append(statistics.median(block.times))
             blocks.means[name].append(statistics.fmean(block.times))
             blocks.cpu[name].append(block.cpu_per_step_s)
-            if block.gpufly_says_s is not None:
-                blocks.gpufly_says_s.append(block.gpufly_says_s)
+            if name in blocks.says:
+                blocks.says[name].append(block)
     return blocks
 
 
@@ -200,9 +231,20 @@ def report(size: LoopSize, blocks: Blocks) -> None:
             row += "".join(f"{pct(interval(overheads(blocks, name, kind))):>{width}}"
                            for kind, width in (("median", 31), ("mean", 28), ("cpu", 28)))
         print(row)
-    says = statistics.median(blocks.gpufly_says_s)
-    print(f"gpufly says: {1e6 * says:.1f} µs per step of its own time (median over rounds) = "
-          f"{100 * says / statistics.median(blocks.medians['plain']):.2f}% of the plain step")
+    step_s = statistics.median(blocks.medians["plain"])
+    for name, said_blocks in blocks.says.items():
+        says = median_of([b.gpufly_says_s for b in said_blocks])
+        plain_own = median_of([b.plain_own_s for b in said_blocks])
+        detailed_own = median_of([b.detailed_own_s for b in said_blocks])
+        print(f"{name} says: {1e6 * says:.1f} µs per step of its own time (median over rounds) = "
+              f"{100 * says / step_s:.2f}% of the plain step; {1e6 * plain_own:.1f} µs on a plain step, "
+              f"{1e6 * detailed_own:.1f} µs on a detailed one; {said_blocks[0].detailed} of {size.steps} steps "
+              f"detailed")
+
+
+def median_of(values: list[float | None]) -> float:
+    known = [value for value in values if value is not None]
+    return statistics.median(known) if known else float("nan")
 
 
 def main() -> None:

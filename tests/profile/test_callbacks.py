@@ -99,3 +99,27 @@ def test_the_lightning_callback() -> None:
     data = callback.profiler.data
     assert len(data.steps) == 8, "accelerate's loader reads a batch ahead; that read is not a step of its own"
     assert data.settings.batch_size == 8, "from the Trainer's arguments: accelerate's loader has no batch_size"
+
+
+def test_attached_the_optimizer_step_ends_each_step_and_is_timed_on_every_step_looked_inside_or_not() -> None:
+    """As `gpufly profile` attaches: torch's global optimizer hooks time every optimizer step and end the step
+    where the post hook is entered, on the steps kept as numbers as on the detailed ones."""
+    from gpufly.profile import Profiler
+    from gpufly.profile.attach import attached
+    from gpufly.profile.sampling import Sampling
+
+    clock = FakeClock()
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    optimizer.register_step_pre_hook(lambda *args: clock.advance(0.25))  # the step's own time, after gpufly's hook
+    prof = Profiler(warmup=1, clock=clock, nvml_interval=None, sampling=Sampling(first=1, window=2, share=0.1))
+    data = PacedDataset(TensorDataset(torch.randn(4 * 40, 8), torch.randn(4 * 40, 1)), clock, 0.0005)
+    with attached(prof):
+        for x, y in DataLoader(data, batch_size=4):
+            clock.advance(0.5)  # forward and backward
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+    steps = prof.finish().steps
+    assert len(steps) == 40 and sum(not s.detailed for s in steps) > 20
+    assert all(s.optimizer_s == 0.25 and s.batch_size == 4 for s in steps)
+    assert [s.wall_s for s in steps[1:]] == pytest.approx([0.002 + 0.5 + 0.25] * 39)

@@ -35,8 +35,10 @@ def test_an_fp32_loop_on_a_tensor_core_gpu_is_told_about_amp() -> None:
     assert data.settings.device.startswith("cuda") and data.settings.compute_capability
     detailed = [s for s in data.steps if s.detailed]  # the default sampling: warm-up, the first 8, then windows
     assert 11 <= len(detailed) < len(data.steps)
-    assert all(s.memory_bytes and s.memory_bytes > 4 * 1024 * 4096 for s in detailed), "peak GPU memory"
-    assert all(s.memory_bytes is None for s in data.steps if not s.detailed), "read on the detailed steps only"
+    read = [s for s in data.steps if s.memory_bytes is not None]
+    assert all(s.memory_bytes and s.memory_bytes > 4 * 1024 * 4096 for s in read), "peak GPU memory"
+    assert read[:11] == data.steps[:11], "each of the warm-up steps and the first 8 measured ones"
+    assert all(s.detailed for s in read), "then the last step of each window: read on detailed steps only"
     assert all(s.h2d_s > 0 for s in data.detailed) and data.settings.non_blocking_copies is False
     assert data.sync_calls.get("torch.cuda.synchronize()") == len(detailed)
     assert all(s.sync_wait_s is not None for s in detailed), "the time the host waited in each synchronize()"

@@ -159,3 +159,127 @@ def test_only_detailed_steps_read_memory_and_the_listeners_hear_each_change_of_d
     seen = [*detailed, steps.current.detailed]  # the step now open was decided too
     flips = sum(a != b for a, b in itertools.pairwise(seen))
     assert changes[0] is True and len(changes) == flips + 1, "told once at the start, then at each change"
+
+
+class Sized:
+    """A batch tensor of ``rows`` rows."""
+
+    def __init__(self, rows: int) -> None:
+        self.shape = (rows, 3)
+
+
+def test_plain_steps_kept_as_numbers_become_the_same_records_whenever_they_are_read() -> None:
+    """A step the profiler does not look inside is kept as its numbers and made a record when the steps are read:
+    the records are the ones a record per step gave, read in the middle of the run or at its end, in order with
+    the detailed ones. Fake times are binary fractions, so the sums are exact."""
+    from gpufly.profile.sampling import DetailSchedule, Sampling
+
+    clock = FakeClock()
+    schedule = DetailSchedule(Sampling(first=1, window=2, share=0.25, enough=6, later_share=0.125), warmup=1)
+    steps = StepClock([], 1, clock, read_memory=lambda: 7, schedule=schedule)
+    steps.start()
+    sizes = [8 if i % 10 else 5 for i in range(60)]  # each 10th batch is a short one
+
+    def batches() -> Iterator[object]:
+        for rows in sizes:
+            clock.advance(0.25)
+            yield (Sized(rows), Sized(rows))
+
+    midway: list[StepRecord] = []
+    for i, _ in enumerate(steps.iterate(steps.track_loader(object()), batches())):
+        with StepContext(steps):
+            clock.advance(0.125 * (i % 3 + 1))
+        if i == 30:
+            midway = list(steps.steps)
+    records = steps.steps
+    assert len(midway) == 31 and records[:31] == midway, "reading them midway changes nothing"
+    assert [s.index for s in records] == list(range(60))
+    plain = [s for s in records if not s.detailed]
+    assert 20 < len(plain) < 60
+    for s in records:
+        expected = StepRecord(index=s.index, wall_s=0.25 + 0.125 * (s.index % 3 + 1), data_wait_s=0.25,
+                              batch_size=sizes[s.index], warmup=s.index < 1, detailed=s.detailed, own_s=0.0,
+                              memory_bytes=s.memory_bytes if s.detailed else None)
+        assert s == expected
+
+
+def test_the_schedule_is_asked_only_where_the_detail_may_change_and_thins_out_once_enough_were_seen() -> None:
+    from gpufly.profile.sampling import DetailSchedule, Sampling
+
+    sampling = Sampling(first=8, window=4, share=1 / 8, enough=40, later_share=1 / 32)
+    schedule = DetailSchedule(sampling, warmup=3)
+    flags: list[bool] = []
+    asked_at: list[int] = []
+    while len(flags) < 4000:
+        asked_at.append(len(flags))
+        detailed, until = schedule.span(len(flags))
+        flags.extend([detailed] * (until - len(flags)))
+    flags = flags[:4000]
+    assert flags[:11] == [True] * 11, "the warm-up and the first 8 measured steps"
+    runs = [len(list(group)) for detailed, group in itertools.groupby(flags[11:]) if detailed]
+    assert all(run % 4 == 0 for run in runs[:-1]), "windows of 4 (two back to back when a gap is 0)"
+    assert len(asked_at) < 2 * len(runs) + 4, "asked once per window and once per gap, not per step"
+    detailed_then = list(itertools.accumulate(flags[11:]))
+    enough_at = detailed_then.index(40 - 8) + 11  # where 40 measured steps had been detailed
+    early = sum(flags[11:enough_at]) / (enough_at - 11)
+    late = sum(flags[enough_at:]) / (4000 - enough_at)
+    assert 1 / 16 < early < 1 / 4 and 1 / 64 < late < 1 / 16, (early, late)
+    again, other = DetailSchedule(sampling, warmup=3), DetailSchedule(sampling, warmup=3)
+    assert [again.span(i) for i in asked_at] == [other.span(i) for i in asked_at], "seeded: the same every run"
+
+
+def test_memory_is_read_on_each_step_of_the_first_run_then_on_the_last_step_of_each_window() -> None:
+    from gpufly.profile.sampling import DetailSchedule, Sampling
+
+    clock = FakeClock()
+    readings = itertools.count(1)
+    schedule = DetailSchedule(Sampling(first=2, window=3, share=0.25), warmup=1)
+    steps = StepClock([], 1, clock, read_memory=lambda: next(readings), schedule=schedule)
+    steps.start()
+    for _ in range(200):
+        steps.end_step()
+    records = steps.steps
+    assert all(s.memory_bytes is not None for s in records[:3]), "warm-up and the first 2: every step"
+    later = records[3:190]  # the run may end inside a window: its last step there is no window's end
+    ends = [s.index for s in later if s.detailed and not records[s.index + 1].detailed]
+    assert ends and [s.index for s in later if s.memory_bytes is not None] == ends
+    assert all(s.memory_bytes is None for s in records if not s.detailed)
+
+
+def test_the_listeners_hear_the_count_of_steps_plain_ones_included() -> None:
+    from gpufly.profile.sampling import DetailSchedule, Sampling
+
+    heard: list[int] = []
+    steps = StepClock([], 0, FakeClock(), schedule=DetailSchedule(Sampling(first=0, window=1, share=0.01), 0))
+    steps.on_step.append(heard.append)
+    steps.start()
+    for _ in range(50):
+        steps.end_step()
+    assert heard == list(range(1, 51)) and len(steps.steps) == 50
+
+
+def test_the_batch_size_reader_for_a_loaders_batches_answers_as_batch_size_of() -> None:
+    from gpufly.profile.steps import size_reader
+
+    class Pair(tuple):  # type: ignore[type-arg]
+        pass
+
+    examples = [Sized(4), (Sized(4), Sized(4)), [Sized(4)], {"x": Sized(4)}, Pair((Sized(4),)), ("text", Sized(4)),
+                {"ids": [1, 2], "x": Sized(4)}, "text", []]
+    batches = [Sized(3), (Sized(2), Sized(2)), [Sized(7)], {"x": Sized(6)}, ("text", Sized(5)), (Sized(0),),
+               ((), Sized(9)), {"ids": [1], "x": Sized(1)}, {}, "text", [], Pair((Sized(2),)), Batch()]
+    for example in examples:
+        read = size_reader(example)
+        assert [read(batch) for batch in batches] == [batch_size_of(batch) for batch in batches], example
+
+
+def test_own_time_taken_step_by_step_adds_up_to_the_runs() -> None:
+    from gpufly.profile.sampling import OwnTime
+
+    own = OwnTime(FakeClock())
+    own.add(0.25)
+    own.add(0.5)
+    assert own.take() == 0.75 and own.calls == 2
+    own.add(0.125)
+    assert own.spent_s == 0.875, "what the open step spent counts too"
+    assert own.take() == 0.125 and own.take() == 0.0 and own.spent_s == 0.875

@@ -111,6 +111,10 @@ def test_on_a_cpu_run_every_read_counts_and_copies_are_left_alone() -> None:
     counter.disarm()
     assert dict(counter.calls) == {".item()": 1, ".tolist()": 1, "int(tensor)": 1}
     assert torch.Tensor.to.__name__ == "to" and copies == []
+    counter.arm()
+    unwrapped = [name for name in ("cpu", "numpy", "item") if not hasattr(getattr(torch.Tensor, name), "__wrapped__")]
+    assert unwrapped == ["cpu", "numpy"], "on a CPU run they never wait: not wrapped, so they cost nothing"
+    counter.disarm()
 
 
 def test_stopping_puts_back_every_original_and_removes_what_was_inherited() -> None:

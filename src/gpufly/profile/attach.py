@@ -37,13 +37,9 @@ def attached(profiler: Profiler) -> Iterator[Profiler]:
     def timed_iter(loader: Any) -> Iterator[Any]:
         return profiler.timed(loader, lambda: original_iter(loader))
 
-    def after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
-        profiler.hooks.after_optimizer_step(optimizer, args, kwargs)
-        profiler.steps.end_step()
-
     DataLoader.__iter__ = timed_iter  # type: ignore[method-assign,assignment]
     hooks = [register_optimizer_step_pre_hook(profiler.hooks.before_optimizer_step),
-             register_optimizer_step_post_hook(after_step)]
+             register_optimizer_step_post_hook(profiler.hooks.after_optimizer_step_ending_the_step)]
     try:
         profiler.start()
         yield profiler

@@ -6,9 +6,11 @@
             loss = ...
     prof.report()
 
-What it costs per step: a few clock readings on every step; on a sample of the steps (``Sampling``: the
-warm-up, the first 8 measured, then about 1 in 16 in windows of 4), a memory reading, the model's forward
-hooks and a counter on each ``.item()``-like call (those methods are wrapped only during the sampled steps).
+What it costs per step: a few clock readings on every step (a step not looked inside is kept as its numbers,
+made a record when ``finish`` reads the steps); on a sample of the steps (``Sampling``: the warm-up, the first
+8 measured, then about 1 in 16 in windows of 16, and 1 in 64 once 64 have been looked inside), the model's
+forward hooks and a counter on each ``.item()``-like call (those methods are wrapped only during the sampled
+steps), and a memory reading at the end of each window.
 The time spent in gpufly's own code is timed and reported with every result (``ProfileData.overhead``). The
 step boundary is the end of ``with prof.step()`` (or the call of ``prof.step()`` used as a marker, or an
 optimizer step, or, with none of those, the next fetch from the loader).
@@ -43,7 +45,8 @@ class Profiler:
     cuDNN autotuning). ``sampling`` says which steps are looked inside (syncs, copies, forward/backward,
     memory). ``trace_steps`` opens a short ``torch.profiler`` window after warm-up and keeps its summary.
     ``nvml_interval`` samples the GPU in the background when one is in use. ``clock`` times everything
-    (a fake one in tests).
+    (a fake one in tests). ``data`` is complete once ``finish()`` (which ``report`` and ``save`` call) has run:
+    until then ``data.steps`` lacks the latest steps not looked inside (``steps.steps`` has them all).
     """
 
     def __init__(self, warmup: int = 3, trace_steps: int = 0, nvml_interval: float | None = 0.5,
@@ -104,6 +107,7 @@ class Profiler:
     def finish(self, crash: BaseException | None = None) -> ProfileData:
         """Stop measuring (restores everything it wrapped); the partial step is kept if it did work."""
         self.steps.commit_marker()
+        self.steps.records()  # completes data.steps: the plain steps are made records when read
         if crash is not None:
             self.data.crash = f"{type(crash).__name__}: {crash}" if str(crash) else type(crash).__name__
         if self._active:

@@ -5,8 +5,10 @@ and a half more (five on a tensor that requires grad; CPU Adam calls ``.item()``
 timing the forward pass puts the model on ``nn.Module``'s slower call path. Paid on every step that came to
 8-16% of a 1 ms step. So the profiler looks inside only some steps: every warm-up step and the first ``first``
 measured ones, then windows of ``window`` consecutive steps at random places (a fixed period would line up
-with a loop that logs every N steps), about ``share`` of the steps in all. Wall time, data wait and batch size
-are measured on every step.
+with a loop that logs every N steps), about ``share`` of the steps, and once ``enough`` steps have been looked
+inside, ``later_share`` of them. Putting the wrappers in and taking them out costs too (about 0.2 ms each way on
+a CPU, and the first steps after each change run slower), so the windows are few and long. Wall time, data
+wait and batch size are measured on every step.
 """
 
 from __future__ import annotations
@@ -20,19 +22,32 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Sampling:
     """How many steps are detailed: all of the first ``first`` after warm-up, then ``share`` of the rest in
-    windows of ``window`` steps. ``share=1`` details every step (what tests that count exact calls use)."""
+    windows of ``window`` steps until ``enough`` measured steps have been detailed (the first ``first`` included),
+    then ``later_share``. ``share=1`` details every step (what tests that count exact calls use)."""
 
     first: int = 8
-    window: int = 4
+    window: int = 16
+    """Long windows, because opening and closing one costs more than a detailed step: on the 1 ms CPU loop of
+    ``benchmarks/profile_overhead.py``, about 0.3 ms for the two (``torch.Tensor``'s slots rebuilt, and the steps
+    after each change slower while the interpreter's caches of Tensor attribute lookups fill again) against about
+    0.08 ms for a detailed step inside a long window. A window of 4 cost about 1 ms in all."""
     share: float = 1 / 16
+    enough: int = 64
+    """With 64 detailed steps the per-step figures (syncs, the breakdown's shares) are settled and the memory trend
+    has its readings; a long run then pays for a quarter as many windows."""
+    later_share: float = 1 / 64
 
     def __post_init__(self) -> None:
-        if self.first < 0 or self.window < 1 or not 0 < self.share <= 1:
-            raise ValueError("Sampling needs first >= 0, window >= 1 and 0 < share <= 1")
+        if (self.first < 0 or self.window < 1 or self.enough < 0 or not 0 < self.share <= 1
+                or not 0 < self.later_share <= 1):
+            raise ValueError("Sampling needs first >= 0, window >= 1, enough >= 0, 0 < share <= 1 and "
+                             "0 < later_share <= 1")
 
 
 DEFAULT_SAMPLING = Sampling()
 EVERY_STEP = Sampling(first=0, window=1, share=1.0)
+_NEVER = 2**62
+"""A step index no loop reaches: "no change of detail ahead"."""
 
 
 class DetailSchedule:
@@ -49,36 +64,62 @@ class DetailSchedule:
         """Start again from step 0 (the steps before training were dropped)."""
         self._random = random.Random(self._seed)
         self._window_end = 0
+        self._sampled = self.sampling.first
         self._next_start = self._always_until + self._gap()
 
-    def detailed(self, index: int) -> bool:
-        if self.sampling.share >= 1 or index < self._always_until or index < self._window_end:
-            return True
+    def span(self, index: int) -> tuple[bool, int]:
+        """Whether step ``index`` is detailed, and the first step after it that may not be: the step clock asks
+        again only there, so a step between costs it one comparison. Asked in order, at those steps."""
+        if self.sampling.share >= 1:
+            return True, _NEVER
+        if index < self._always_until:
+            return True, self._always_until
+        if index < self._window_end:
+            return True, self._window_end
         if index >= self._next_start:
             self._window_end = index + self.sampling.window
+            self._sampled += self.sampling.window
             self._next_start = self._window_end + self._gap()
-            return True
-        return False
+            return True, self._window_end
+        return False, self._next_start
+
+    def reads_memory(self, index: int, run_end: int) -> bool:
+        """Whether detailed step ``index`` reads memory: each step while every step is detailed (warm-up, the first
+        ``first``), then only the last of each window (``run_end``: where its run of detailed steps ends). A reading
+        is a system call on a CPU (the RSS), about 13 µs inside a training loop; on a GPU it is the peak since the
+        window opened, so the window's peak either way."""
+        return self.sampling.share >= 1 or index < self._always_until or index + 1 >= run_end
 
     def _gap(self) -> int:
-        """Steps between windows: uniform around the mean that gives ``share``."""
-        mean = self.sampling.window / self.sampling.share - self.sampling.window
+        """Steps between windows: uniform around the mean that gives ``share`` (``later_share`` after ``enough``)."""
+        sampling = self.sampling
+        share = sampling.share if self._sampled < sampling.enough else sampling.later_share
+        mean = sampling.window / share - sampling.window
         return self._random.randint(0, round(2 * mean))
 
 
 class OwnTime:
     """The time the loop spends inside gpufly's code: each hook, wrapper and bookkeeping call adds what it took,
-    read from the profiler's clock at its entry and its exit. ``take`` hands over what the current step spent."""
+    read from the profiler's clock at its entry and its exit. ``take`` hands over what the current step spent.
+
+    The step clock's per-step paths do what ``add`` and ``take`` do themselves, without the calls: they run on
+    every step."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.clock = clock
-        self.spent_s = 0.0
         self.calls = 0
-        self._step_s = 0.0
+        self.step_s = 0.0
+        """Spent since the last ``take``."""
+        self.taken_s = 0.0
+        """Spent up to the last ``take``."""
+
+    @property
+    def spent_s(self) -> float:
+        """The whole run's own time."""
+        return self.taken_s + self.step_s
 
     def add(self, seconds: float) -> None:
-        self.spent_s += seconds
-        self._step_s += seconds
+        self.step_s += seconds
         self.calls += 1
 
     def since(self, entered: float) -> None:
@@ -87,5 +128,6 @@ class OwnTime:
 
     def take(self) -> float:
         """The time spent since the last ``take`` (the step that is closing)."""
-        spent, self._step_s = self._step_s, 0.0
+        spent, self.step_s = self.step_s, 0.0
+        self.taken_s += spent
         return spent

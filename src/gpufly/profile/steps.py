@@ -34,6 +34,10 @@ class LoaderState:
 class StepClock:
     """Closes steps into ``steps`` (``StepRecord``s) and times the loader's waits between them.
 
+    A plain (not detailed) step is kept as its numbers, and the records are made when ``steps`` is read: a record
+    a step cost the loop more than the rest of a plain step's bookkeeping. Read ``steps`` (or ``records()``), not
+    the list given, for the steps so far.
+
     ``schedule`` says which steps are detailed (every one by default); ``own`` is told the time spent here.
     ``read_memory`` gives each closed detailed step its memory figure; ``on_step`` listeners hear the number of steps
     recorded after each one closes; ``on_skip`` listeners hear that a partial (evaluation) step was dropped.
@@ -42,7 +46,11 @@ class StepClock:
     def __init__(self, steps: list[StepRecord], warmup: int, clock: Clock = time.perf_counter,
                  read_memory: Callable[[], int | None] = lambda: None, *, schedule: DetailSchedule | None = None,
                  own: OwnTime | None = None) -> None:
-        self.steps = steps
+        self._steps = steps
+        self._plain: list[tuple[float, float, int | None, float | None, float]] = []
+        """The steps closed plain (not detailed) and not yet made records: (wall_s, data_wait_s, batch_size,
+        optimizer_s, own_s); ``optimizer_s`` only under `gpufly profile`, whose optimizer hooks time every step.
+        A record per step costs the loop more than the step's own bookkeeping; they are made when read."""
         self.warmup = warmup
         self.clock = clock
         self.read_memory = read_memory
@@ -65,6 +73,24 @@ class StepClock:
         self._sync_gaps: list[float] = []
         self._last_sync_end: float | None = None
         self._detailing: bool | None = None
+        self._change_at = 0
+        """The index of the next step whose detail the schedule must decide (until then, the current one's)."""
+
+    @property
+    def steps(self) -> list[StepRecord]:
+        """The closed steps, as records: the list given, completed."""
+        return self.records()
+
+    def records(self) -> list[StepRecord]:
+        """The list given, completed with the plain steps closed since it was last read, made records."""
+        plain, steps = self._plain, self._steps
+        if plain:
+            warmup = self.warmup
+            steps.extend(StepRecord(index, wall, wait, optimizer_s=optimizer, batch_size=size, warmup=index < warmup,
+                                    detailed=False, own_s=own)
+                         for index, (wall, wait, size, optimizer, own) in enumerate(plain, len(steps)))
+            plain.clear()
+        return steps
 
     def start(self) -> None:
         """The first step starts now (unless it already has)."""
@@ -83,12 +109,13 @@ class StepClock:
     def iterate(self, state: LoaderState, iterator: Iterator[Any]) -> Iterator[Any]:
         """Yield ``iterator``'s batches, timing each wait for the next one into the current step."""
         clock, own = self.clock, self.own
+        size_of: Callable[[Any], int | None] | None = None
         while True:
             started = clock()
             if self._pending_marker is not None:
                 self.commit_marker()
             self._feeding = state
-            if self.optimizer_steps and self._evaluating(state):
+            if self.optimizer_steps and not state.optimizer_steps and not self.explicit_steps:  # _evaluating, inline
                 self._skip_to(started)
             elif self._fetches and not self._marked_since_fetch:
                 self._close_step(started)  # no step markers: one step per batch
@@ -109,8 +136,11 @@ class StepClock:
             self._fetches += 1
             state.fetches += 1
             if current.batch_size is None:
-                current.batch_size = batch_size_of(batch)
-            own.add(fetching - started + clock() - fetched)
+                if size_of is None:
+                    size_of = size_reader(batch)
+                current.batch_size = size_of(batch)
+            own.step_s += fetching - started + clock() - fetched
+            own.calls += 1
             yield batch
 
     def main_loader_settings(self) -> dict[str, Any]:
@@ -128,18 +158,24 @@ class StepClock:
         if self._pending_marker is not None:
             self.commit_marker()
         self._pending_marker = at
-        self.own.since(at)
+        own = self.own
+        own.step_s += self.clock() - at
+        own.calls += 1
 
     def begin_step(self) -> None:
         """``with prof.step():`` entered: the call was not a marker, and the user marks steps."""
         self._pending_marker = None
         self.explicit_steps = True
 
-    def end_step(self) -> None:
-        """The end of ``with prof.step()``, or an optimizer step under `gpufly profile`."""
-        at = self.clock()
+    def end_step(self, at: float | None = None) -> None:
+        """The end of ``with prof.step()``, or an optimizer step under `gpufly profile` (``at``: when its hook was
+        entered, a reading of this clock; the time since is gpufly's own)."""
+        if at is None:
+            at = self.clock()
         self._close_step(at)
-        self.own.since(at)
+        own = self.own
+        own.step_s += self.clock() - at
+        own.calls += 1
 
     def commit_marker(self) -> None:
         """A ``prof.step()`` marker not followed by ``with`` ended a step where it was called."""
@@ -162,7 +198,7 @@ class StepClock:
 
     def optimizer_stepped(self) -> None:
         """An optimizer step: training has begun, and the loader feeding it is the training loader."""
-        if self.optimizer_steps == 0 and not self.explicit_steps and self.steps:
+        if self.optimizer_steps == 0 and not self.explicit_steps and (self._steps or self._plain):
             self._drop_steps_before_training()
         self.optimizer_steps += 1
         if self._feeding is not None:
@@ -177,30 +213,52 @@ class StepClock:
 
     def _close_step(self, at: float) -> None:
         self._marked_since_fetch = True
-        if self._last_boundary is None:
+        last = self._last_boundary
+        if last is None:
             self._last_boundary = at
             return
+        self._last_boundary = at
         record = self.current
-        record.wall_s = at - self._last_boundary
+        if record.detailed:
+            self._keep_detailed(record, at - last)
+        else:
+            own = self.own  # own.take(), inline
+            spent, own.step_s = own.step_s, 0.0
+            own.taken_s += spent
+            self._plain.append((at - last, record.data_wait_s, record.batch_size, record.optimizer_s, spent))
+        index = record.index + 1
+        if index < self._change_at and not record.detailed:
+            # The common case, a plain step after a plain one: its record is this one, emptied (not a new one).
+            record.index = index
+            record.data_wait_s = 0.0
+            record.batch_size = record.optimizer_s = None
+        else:
+            self.current = following = StepRecord(index, 0.0, detailed=record.detailed)
+            if index >= self._change_at:
+                self._detail(following)
+        if self.on_step:
+            closed = len(self._steps) + len(self._plain)
+            for listener in self.on_step:
+                listener(closed)
+
+    def _keep_detailed(self, record: StepRecord, wall_s: float) -> None:
+        """A detailed step closes: it gets its wall time, own time and what only a detailed step measures (the median
+        gap between syncs; memory where the schedule says), and joins the records after the plain steps before it."""
+        record.wall_s = wall_s
         record.warmup = record.index < self.warmup
         record.own_s = self.own.take()
-        if record.detailed:
+        if self.schedule.reads_memory(record.index, self._change_at):
             record.memory_bytes = self.read_memory()
-            if self._sync_gaps:
-                record.sync_gap_s = statistics.median(self._sync_gaps)
-                self._sync_gaps.clear()
-            self._last_sync_end = None
-        self.steps.append(record)
-        self._last_boundary = at
-        self.current = following = StepRecord(index=record.index + 1, wall_s=0.0)
-        self._detail(following)
-        if self.on_step:
-            for listener in self.on_step:
-                listener(len(self.steps))
+        if self._sync_gaps:
+            record.sync_gap_s = statistics.median(self._sync_gaps)
+            self._sync_gaps.clear()
+        self._last_sync_end = None
+        self.records().append(record)
 
     def _detail(self, record: StepRecord) -> None:
-        """Whether the step starting is detailed, from the schedule; the listeners hear of a change."""
-        record.detailed = self.schedule.detailed(record.index)
+        """Whether the step starting is detailed, from the schedule (asked again only where it may change); the
+        listeners hear of a change."""
+        record.detailed, self._change_at = self.schedule.span(record.index)
         if record.detailed is not self._detailing:
             self._detailing = record.detailed
             for listener in self.on_detail:
@@ -228,7 +286,8 @@ class StepClock:
     def _drop_steps_before_training(self) -> None:
         """Batch-per-step records made before the first optimizer step are not training steps: a loader that reads
         one batch ahead (accelerate's, under the HF Trainer) or a sanity-check validation before training."""
-        self.steps.clear()
+        self._steps.clear()
+        self._plain.clear()
         self.current.index = 0
         self.schedule.restart()
         self._detail(self.current)
@@ -244,7 +303,7 @@ class StepContext:
         self._steps.begin_step()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, error: object, trace: object) -> None:
         self._steps.end_step()
 
 
@@ -266,3 +325,50 @@ def batch_size_of(batch: Any) -> int | None:
             if size is not None:
                 return size
     return None
+
+
+def size_reader(example: Any) -> Callable[[Any], int | None]:
+    """``batch_size_of`` for the batches of one loader, shaped like ``example``: where that is a tensor, or a
+    tuple/list/dict whose first item is one, a reader that goes straight there (a loader yields the same shape
+    every step), falling back to ``batch_size_of`` for a batch of another shape. Same answers, fewer steps: the
+    batch size is read on every step.
+
+    >>> class Tensor:
+    ...     def __init__(self, rows: int) -> None:
+    ...         self.shape = (rows, 3)
+    >>> read = size_reader((Tensor(8), Tensor(8)))
+    >>> read((Tensor(5), Tensor(5))), read([Tensor(4)]), read(Tensor(2)), read(("text", Tensor(6)))
+    (5, 4, 2, 6)
+    """
+    kind = type(example)
+    if hasattr(example, "shape"):
+        def tensor(batch: Any) -> int | None:
+            if type(batch) is kind:
+                try:
+                    return int(batch.shape[0])
+                except (AttributeError, IndexError, TypeError, ValueError):
+                    pass
+            return batch_size_of(batch)
+
+        return tensor
+    if issubclass(kind, list | tuple) and example and hasattr(example[0], "shape"):
+        def first(batch: Any) -> int | None:
+            if type(batch) is kind:
+                try:
+                    return int(batch[0].shape[0])
+                except (AttributeError, IndexError, TypeError, ValueError):
+                    pass
+            return batch_size_of(batch)
+
+        return first
+    if issubclass(kind, dict) and example and hasattr(next(iter(example.values())), "shape"):
+        def first_value(batch: Any) -> int | None:
+            if type(batch) is kind and batch:
+                try:
+                    return int(next(iter(batch.values())).shape[0])
+                except (AttributeError, IndexError, TypeError, ValueError):
+                    pass
+            return batch_size_of(batch)
+
+        return first_value
+    return batch_size_of

@@ -69,7 +69,9 @@ class SyncCounter:
         self.armed = True
         torch = self._torch
         for method in SYNC_METHODS:
-            self._count(torch.Tensor, method, f".{method}()", gpu_only=method in ("cpu", "numpy"))
+            gpu_only = method in ("cpu", "numpy")
+            if self.cuda or not gpu_only:  # on a CPU run these never wait: wrapping them would only cost
+                self._count(torch.Tensor, method, f".{method}()", gpu_only=gpu_only)
         for method, label in SYNC_CONVERSIONS:
             self._count(torch.Tensor, method, label, gpu_only=False)
         if self.cuda:
@@ -102,8 +104,17 @@ class SyncCounter:
 
         def counted(tensor: Any, *args: Any, **kwargs: Any) -> Any:
             entered = clock()
+            caller = sys._getframe(1).f_globals.get("__name__", "")
+            if caller == "torch" or caller.startswith("torch."):
+                # torch's own call (CPU Adam reads each parameter's step count so), not counted: the clock is read
+                # once less, as these come several a step.
+                called = clock()
+                own.add(called - entered)
+                if not tensor.requires_grad:
+                    return original(tensor, *args, **kwargs)
+                return _warning_at_caller(original, tensor, *args, **kwargs)
             # On a GPU run only GPU tensors wait; on a CPU run every call is one that would.
-            counts = (tensor.is_cuda or not (gpu_only or counter.cuda)) and not _called_from_torch()
+            counts = tensor.is_cuda or not (gpu_only or counter.cuda)
             called = clock()
             if not tensor.requires_grad:
                 result = original(tensor, *args, **kwargs)
