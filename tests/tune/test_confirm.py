@@ -143,3 +143,15 @@ def test_winners_alike_in_speed_and_drift_name_no_winner() -> None:
     decision = decide([_baseline(), *tied])
     assert decision.verdict == "undecided" and decision.winner is None
     assert "cannot tell these apart" in decision.reason
+
+
+def test_the_tune_summary_says_why_a_tied_winner_was_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpufly.cli.tune import _conclude
+
+    tied = [_confirmed_result("batch 2048", {"batch": 2048}, 31.6, 29.3, 34.0, drift=-0.011),
+            _confirmed_result("batch 1024", {"batch": 1024}, 27.3, 25.0, 29.9, drift=0.004)]
+    decision = decide([_baseline(), *tied])
+    _conclude(decision, decision.winner, {"noise": None, "accuracy": None}, tmp_path / "r.jsonl", stages_run=True)
+    out = capsys.readouterr().out
+    assert "best safe stage: batch 1024, 27.30x" in out
+    assert "why this one: the rounds cannot rank it against the others" in out

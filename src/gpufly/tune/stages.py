@@ -32,7 +32,7 @@ from typing import Any
 from gpufly.tune.noise import Interval, ratio_interval
 from gpufly.tune.search import CONFIRM_ROUNDS, Search, Stage, StagePlan
 from gpufly.tune.trial import Trial, TrialResult
-from gpufly.tune.verdict import judge
+from gpufly.tune.verdict import decide, judge
 
 WORKLOAD = "recsys"
 REFERENCE = Stage("reference: hand-written loop (EmbeddingBag sparse + SparseAdam, Adam, batch 256)", "reference",
@@ -87,12 +87,12 @@ REFERENCE_BATCH = 256
 
 @dataclass
 class CaseStudy:
-    """The stages (a ``StagePlan``), then the reference row in ``rounds`` rounds beside the fastest safe stage and
-    the fastest safe stage at the reference's own batch (the like-for-like one, when it is another), the order
-    rotated every round so that none always runs first. The reference row is measured through the search's runner,
-    never through ``Search.measure``: it carries ``rounds`` 0, so the search's confirmation and its decision never
-    take the yardstick for a stage. ``comparisons`` are set when the rounds ran (not on a resume that finds the
-    reference's row done)."""
+    """The stages (a ``StagePlan``), then the reference row in ``rounds`` rounds beside the stage the decision names
+    (else the fastest safe stage) and the fastest safe stage at the reference's own batch (the like-for-like one,
+    when it is another), the order rotated every round so that none always runs first. The reference row is
+    measured through the search's runner, never through ``Search.measure``: it carries ``rounds`` 0, so the search's
+    confirmation and its decision never take the yardstick for a stage. ``comparisons`` are set when the rounds ran
+    (not on a resume that finds the reference's row done)."""
 
     plan: StagePlan
     reference: Stage = REFERENCE
@@ -117,7 +117,7 @@ class CaseStudy:
         if done is not None:
             self._record(search, done)
             return
-        fastest = fastest_safe(search.results)
+        fastest = named_winner(search.results) or fastest_safe(search.results)
         like = fastest_safe(search.results, REFERENCE_BATCH)
         candidates = [c for c in (fastest, like) if c is not None]
         self._rounds(search, trial, list({c.name: c for c in candidates}.values()), baseline)
@@ -163,6 +163,14 @@ class CaseStudy:
         search.results.append(result)
         if search.on_result is not None:
             search.on_result(result)
+
+
+def named_winner(results: list[TrialResult]) -> TrialResult | None:
+    """The stage the run's decision names (``gpufly.tune.verdict.decide``), which a tie among confirmed stages can
+    make another than the fastest point estimate: that is the one to set beside the hand-written loop."""
+    decision = decide(results)
+    winner = decision.winner
+    return winner if decision.verdict == "faster" and winner is not None and winner.role == "trial" else None
 
 
 def fastest_safe(results: list[TrialResult], batch_size: int | None = None) -> TrialResult | None:
