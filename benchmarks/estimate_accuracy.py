@@ -374,15 +374,21 @@ def _training_row(row: dict[str, str], lookup: Lookup, skipped: Skipped) -> Iter
 
 
 TRAINING_MEMORY_MODELS = {"Llama-3.1-8B-Instruct": "llama-3.1-8b", "Llama-3.3-70B-Instruct": "llama-3.1-70b",
+                          "Meta-Llama-3-8B": "llama-3.1-8b", "gemma-2-9b": "gemma-2-9b",
                           "Llama-2-7b-hf": str(HERE / "rows" / "models" / "codellama-7b.json"),
                           **{name: str(HERE / "rows" / "models" / f"{config}.json") for name, config in (
                               ("Llama-2-70b-hf", "llama-2-70b"), ("Yi-34B", "yi-34b"),
-                              ("Mistral-7B-v0.2", "mistral-7b-v0.2"))}}
-"""Training-memory tables' model names -> a preset or config (Llama 3.3 70B has Llama 3.1 70B's architecture;
-CodeLlama 7B has Llama 2 7B's shapes, vocabulary 32016 for 32000)."""
-TRAINING_MEMORY_KINDS = {"peak reserved": ("runtime", "nccl"), "max context": ()}
+                              ("Mistral-7B-v0.2", "mistral-7b-v0.2"), ("Llama-2-13b-hf", "llama-2-13b"),
+                              ("phi-1.5", "phi-1.5"), ("stablelm-base-alpha-3b", "stablelm-base-alpha-3b"),
+                              ("TinyLlama-1.1B", "tinyllama-1.1b"))}}
+"""Training-memory tables' model names -> a preset or config (Llama 3.3 70B has Llama 3.1 70B's architecture, Llama 3
+8B Llama 3.1 8B's shapes; CodeLlama 7B has Llama 2 7B's shapes, vocabulary 32016 for 32000)."""
+TRAINING_MEMORY_KINDS = {"peak reserved": ("runtime", "nccl"), "peak allocated": ("runtime", "nccl", "allocator"),
+                         "max context": ()}
 """How a training_memory.csv row was measured, and which of gpufly's items the measurement leaves out: "peak
-reserved" is torch.cuda.max_memory_reserved (no CUDA context, no NCCL buffers); "max context" is the longest
+reserved" is torch.cuda.max_memory_reserved (no CUDA context, no NCCL buffers); "peak allocated" is
+torch.cuda.max_memory_allocated (also without the caching allocator's rounding, fragmentation and cached free blocks,
+which gpufly's allocator item stands for); "max context" is the longest
 sequence that fit, whose measured value is the GPU's memory (peak just under capacity, an upper bound). An estimated
 requirement is no measurement and is skipped."""
 

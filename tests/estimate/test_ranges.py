@@ -112,10 +112,19 @@ def test_a_job_that_does_not_fit_keeps_its_ranges_as_if_it_fit(catalog) -> None:
     assert data["speed_ranges_if_it_fit"]["decode_tok_s"]["high"] > 0
 
 
-def test_training_on_one_gpu_borrows_the_multi_gpu_memory_band_widened_and_says_so(catalog) -> None:
-    """Too few one-GPU training-memory rows for a band of their own: the several-GPU band, widened, is named."""
+def test_training_has_ranges_for_its_memory_and_speed(catalog) -> None:
     verdict = fit(load_model("qwen2.5-0.5b"), catalog.get("a100-sxm4-80gb"), Job(task="full", context=512))
     assert "train_tokens_s" in verdict.speed_ranges
-    memory = verdict.memory_range
-    assert memory is not None and memory.basis.rows >= 8
-    assert "multi-GPU" in memory.basis.text() and "only" in memory.basis.text()
+    assert verdict.memory_range is not None and verdict.memory_range.basis.rows >= MIN_ROWS
+
+
+def test_a_memory_group_too_small_on_one_gpu_borrows_the_several_gpu_band_widened_and_says_so() -> None:
+    """Memory on one GPU with too few rows of its own: the several-GPU band, widened, is named. A speed does not
+    borrow across GPU counts (its regime differs), and falls back to a factor of 2 instead."""
+    several = [Residual(metric, "training", "multi-GPU", "Ampere", "16-bit", 8.0, math.log(r))
+               for metric in ("training memory", "training throughput") for r in SPREAD]
+    table = RangeTable(tuple(bands_from(several)))
+    low, high, basis = band_for(Where("training memory", "training", 1, "Ampere", "16-bit", 8.0), table)
+    assert basis.rows == len(SPREAD) and "multi-GPU" in basis.text() and high > low
+    _, _, speed = band_for(Where("training throughput", "training", 1, "Ampere", "16-bit", 8.0), table)
+    assert speed.rows == 0 and "factor of 2" in speed.text()
