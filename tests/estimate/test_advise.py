@@ -151,3 +151,20 @@ def test_parse_gpu_says_what_it_assumed() -> None:
     assert (choice.spec.id, choice.count) == ("a100-sxm", 2)
     assert choice.assumed and "A100 80GB SXM" in choice.assumed and "A100 80GB PCIe" in choice.assumed
     assert parse_gpu("a100 80gb pcie", Catalog([sxm, pcie])).assumed is None
+
+
+def test_a_full_fine_tune_that_does_not_fit_is_offered_the_lighter_recipes(catalog) -> None:
+    """Pure bf16, the optimizer in backward, 8-bit states and host offload each lower the total, and are offered
+    where they make it fit; eager attention is offered flash."""
+    from gpufly.estimate.advise import _training_changes
+
+    spec = load_model("qwen2.5-1.5b")
+    job = Job.from_options(spec, task="full", context=2048)
+    offered = dict(_training_changes(spec, job))
+    assert {"--precision bf16", "--optimizer-in-backward", "--optimizer adamw8bit", "--offload optimizer"} <= set(
+        offered)
+    assert offered["--precision bf16"].precision == "bf16" and offered["--offload optimizer"].offload == "optimizer"
+    eager = Job.from_options(spec, task="full", context=2048, attention="eager")
+    assert dict(_training_changes(spec, eager))["--attention flash"].attention == "flash"
+    shown = {c.description for c in changes(fit(spec, catalog.get("4090"), job))}
+    assert {"--precision bf16", "--offload optimizer"} <= shown

@@ -242,15 +242,27 @@ def _kv_changes(runtime: Engine, job: Job) -> Iterable[tuple[str, Job]]:
 
 
 def _training_changes(model: ModelSpec, job: Job) -> Iterable[tuple[str, Job]]:
-    """Checkpointing, a lighter optimizer, LoRA/QLoRA where the model has layers to adapt, batch 1."""
+    """Flash attention instead of eager, checkpointing, the full fine-tune's lighter recipes (pure bf16, the
+    optimizer in backward, 8-bit states, states in host memory), LoRA/QLoRA where the model has layers to adapt,
+    batch 1."""
+    if job.attention == "eager":
+        yield "--attention flash", job.with_(flash_attention=True, sdpa=False)
     if not job.checkpointing:
         yield "--checkpointing", job.with_(checkpointing=True)
+    elif job.selective:
+        yield "--checkpointing-mode full", job.with_(selective=False)
     adaptable = lora_adapter_params(model, job) > 0
     if job.task == "full":
         if adaptable:
             yield "--task lora", job.with_(task="lora")
+        if job.precision == "mixed":
+            yield "--precision bf16", job.with_(master_weights=False)
+        if not job.optimizer_in_backward:
+            yield "--optimizer-in-backward", job.with_(optimizer_in_backward=True)
         if job.optimizer == "adamw":
             yield "--optimizer adamw8bit", job.with_(optimizer="adamw8bit")
+        if job.offload == "none":
+            yield "--offload optimizer", job.with_(offload="optimizer")
     if job.task in ("full", "lora") and adaptable:
         yield "--task qlora --checkpointing", job.with_(task="qlora", checkpointing=True)
     if job.batch > 1:
