@@ -22,6 +22,7 @@ from gpufly.monitor.health import CODES, RULES, SUSTAINED_SAMPLES, Health, Healt
 from gpufly.monitor.logger import SampleLog
 from gpufly.monitor.views import gpu_lines, once_json, once_lines
 from tests.fakes.nvml import FIXTURES, fake_nvml
+from tests.monitor.logs import write_jsonl_and_csv
 
 RECORDING = Path(__file__).parent.parent / "fixtures" / "monitor" / "two_gpus.jsonl"
 DOCS = Path(__file__).parent.parent.parent / "docs" / "monitor.md"
@@ -191,11 +192,7 @@ def test_a_replayed_run_ending_with_a_lost_gpu_keeps_its_reason_labels_bounded()
 
 def test_watch_records_carry_the_verdict_in_jsonl_and_csv_and_replay_still_reads_them(tmp_path: Path) -> None:
     snapshots = list(ReplayBackend(RECORDING, loop=False))
-    for suffix in (".jsonl", ".csv"):
-        log = SampleLog(tmp_path / f"run{suffix}")
-        for snapshot in snapshots:
-            log.write(snapshot)
-        log.close()
+    write_jsonl_and_csv(snapshots, tmp_path)
     last = json.loads((tmp_path / "run.jsonl").read_text().splitlines()[-1])
     assert [gpu["health"]["code"] for gpu in last["gpus"]] == ["gpu_lost", "none"]
     assert last["gpus"][0]["health"]["level"] == "FAILING"

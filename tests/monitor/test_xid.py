@@ -19,9 +19,10 @@ from gpufly.monitor.backends.live import LiveBackend
 from gpufly.monitor.backends.replay import ReplayBackend
 from gpufly.monitor.exporter import exporter_registry
 from gpufly.monitor.health import CODES, HealthWatch, Level, assess
-from gpufly.monitor.logger import SampleLog, snapshots_from_csv
+from gpufly.monitor.logger import snapshots_from_csv
 from gpufly.monitor.xids import CATALOG_URL, XIDS, XidLevel, describe
 from tests.fakes.nvml import FIXTURES, fake_nvml
+from tests.monitor.logs import write_jsonl_and_csv
 
 DOCS = Path(__file__).parent.parent.parent / "docs" / "monitor.md"
 
@@ -137,11 +138,7 @@ def test_watch_records_keep_the_xids_and_replay_judges_them_again(fake: FakePynv
     backend = LiveBackend(fake, clock=Clock())
     fake.emit(0, 79)
     snapshots = [backend.snapshot(), backend.snapshot()]
-    for suffix in (".jsonl", ".csv"):
-        log = SampleLog(tmp_path / f"run{suffix}")
-        for snapshot in snapshots:
-            log.write(snapshot)
-        log.close()
+    write_jsonl_and_csv(snapshots, tmp_path)
     last = json.loads((tmp_path / "run.jsonl").read_text().splitlines()[-1])
     h100 = last["gpus"][0]
     assert h100["health"]["code"] == "xid"
