@@ -135,13 +135,14 @@ def test_winners_the_rounds_cannot_rank_are_split_by_the_smaller_drift_and_the_t
     assert decision.verdict == "faster" and decision.winner is not None and decision.winner.name == "batch 1024"
     assert "cannot rank" in decision.reason and "batch 2048 31.60x [29.30-34.00]" in decision.reason
     assert "0.40% drift" in decision.reason
+    assert decision.tie_break is not None and decision.to_dict()["tie_break"] == decision.tie_break
 
 
 def test_winners_alike_in_speed_and_drift_name_no_winner() -> None:
     tied = [_confirmed_result("a", {"x": 1}, 2.0, 1.8, 2.2, drift=None),
             _confirmed_result("b", {"y": 1}, 2.1, 1.9, 2.3, drift=0.01)]
     decision = decide([_baseline(), *tied])
-    assert decision.verdict == "undecided" and decision.winner is None
+    assert decision.verdict == "undecided" and decision.winner is None and decision.tie_break is None
     assert "cannot tell these apart" in decision.reason
 
 

@@ -347,8 +347,8 @@ def _conclude(decision: Any, best: Any, evidence: dict[str, Any], results: Path,
         low, high = _interval(best) or [best.speedup, best.speedup]
         out.print(f"best safe {what}: {best.name}, {best.speedup:.2f}x the baseline (95% interval {low:.2f}-"
                   f"{high:.2f}x over {best.rounds} A/B rounds)", markup=False)
-        if "cannot rank" in decision.reason:  # a stated second key chose among winners the rounds could not rank
-            out.print(f"  why this one: {decision.reason.split('; ', 1)[1]}", markup=False)
+        if decision.tie_break is not None:
+            out.print(f"  why this one: {decision.tie_break}", markup=False)
     elif decision.verdict == "no gain":
         out.print(f"no {what} was confirmed faster than the baseline: keep it as it is ({decision.reason})",
                   markup=False)

@@ -125,10 +125,12 @@ class Decision:
     verdict: str
     winner: TrialResult | None
     reason: str
+    tie_break: str | None = None
+    """Why this winner, when the A/B rounds could not rank it against others as confirmed: the second key."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "winner": None if self.winner is None else self.winner.name,
-                "reason": self.reason}
+                "reason": self.reason, "tie_break": self.tie_break}
 
 
 def decide(results: Iterable[TrialResult], min_gain: float = MIN_GAIN) -> Decision:
@@ -208,10 +210,11 @@ def _closest_to_the_baseline(tied: list[TrialResult]) -> Decision:
     if any(d is None for d in drifts) or len(set(drifts)) < len(drifts):
         return Decision("undecided", None, f"the A/B rounds cannot tell these apart: {listed}")
     chosen = tied[drifts.index(min(d for d in drifts if d is not None))]
+    tie_break = (f"the rounds cannot rank it against the others ({listed}), so the one whose probe loss ends "
+                 f"closest to the baseline's is named ({abs(chosen.loss_drift or 0.0):.2%} drift)")
     return Decision("faster", chosen,
-                    f"{chosen.name}: {_interval(chosen)} the baseline over {chosen.rounds} A/B rounds; the rounds "
-                    f"cannot rank it against the others ({listed}), so the one whose probe loss ends closest to the "
-                    f"baseline's is named ({abs(chosen.loss_drift or 0.0):.2%} drift)")
+                    f"{chosen.name}: {_interval(chosen)} the baseline over {chosen.rounds} A/B rounds; {tie_break}",
+                    tie_break)
 
 
 def _interval(result: TrialResult) -> str:
