@@ -396,7 +396,8 @@ requirement is no measurement and is skipped."""
 def _training_memory_row(row: dict[str, str], lookup: Lookup, skipped: Skipped) -> Iterator[Comparison]:
     """Published training peaks per GPU (LoRA, QLoRA, full): gpufly's per-GPU figure, less what the measurement
     leaves out (TRAINING_MEMORY_KINDS), against the measured value in GiB. FSDP full sharding is ZeRO-3; the recipe
-    column is the precision recipe (mixed: fp32 master and adapters, PEFT's fp32 upcast for QLoRA; bf16: pure bf16)."""
+    column is the precision recipe (mixed: fp32 master and adapters, PEFT's fp32 upcast for QLoRA; bf16: pure bf16);
+    the loss column how the loss holds the logits (chunked: LitGPT's scripts)."""
     kind = row["measurement"].strip()
     if kind not in TRAINING_MEMORY_KINDS:
         skipped.add(f"training-memory row not a measurement: {row['measurement']}")
@@ -416,6 +417,7 @@ def _training_memory_row(row: dict[str, str], lookup: Lookup, skipped: Skipped) 
               batch=count(row["batch"], 1),
               context=count(row["seq_len"], 1), gpus=gpus, zero=3 if sharded else 0,
               optimizer=row["optimizer"].strip() or "adamw", offload=row.get("offload") or "none",
+              loss=(row.get("loss") or "full").strip(),
               checkpointing=row["gradient_checkpointing"].strip() == "True", lora_rank=count(row["lora_rank"], 16),
               **({} if targets in ("", "all-linear") else {"lora_targets": tuple(targets.split(";"))}))
     measured = number(row["measured_gb"])

@@ -254,6 +254,7 @@ class Config:
     (("fit", LLAMA, "--gpu", "4090", "--task", "lora", "--no-checkpointing", "--checkpointing-mode", "selective"),
      "error: --no-checkpointing and --checkpointing-mode selective contradict each other"),
     (("fit", LLAMA, "--gpu", "4090", "--task", "full", "--attention", "flash3"), "error: unknown attention 'flash3'"),
+    (("fit", LLAMA, "--gpu", "4090", "--task", "lora", "--loss", "liger"), "error: unknown loss 'liger'"),
     (("fit", LLAMA, "--gpu", "4090", "--task", "full", "--offload", "nvme"), "error: unknown offload 'nvme'"),
     (("fit", LLAMA, "--gpu", "4090", "--task", "full", "--cuda-context", "-1"),
      "error: --cuda-context must be within 0..64 GiB"),
@@ -567,6 +568,7 @@ def test_training_recipes_are_options_and_items(cli) -> None:
     assert offloaded["optimizer"] == 0 and offloaded["host"] > mixed["optimizer"]
     assert items("--cuda-context", "1.25")["runtime"] == round(1.25 * 2**30)
     assert items("--attention", "eager")["activations"] > items("--attention", "sdpa")["activations"]
+    assert items("--loss", "fused")["activations"] == items()["activations"] - 14 * 2048 * 128256
     text = cli("fit", LLAMA, "--gpu", "h100 sxm", "--task", "full", "--offload", "optimizer").stdout
     assert "host memory for --offload optimizer" in text
 

@@ -152,6 +152,8 @@ def test_training_attention_offload_and_context_options(llama) -> None:
     assert Job.from_options(llama, task="full", attention="sdpa").attention == "sdpa"
     assert Job.from_options(llama, task="full").attention == "flash"
     assert Job.from_options(llama, task="full", offload="none").offload == "none"
+    assert Job.from_options(llama, task="lora", loss="Chunked").loss == "chunked"
+    assert Job.from_options(llama, task="lora").loss == "full"
 
 
 @pytest.mark.parametrize(("options", "message"), [
@@ -165,6 +167,7 @@ def test_training_attention_offload_and_context_options(llama) -> None:
     ({"cuda_context_gib": -0.5}, "--cuda-context must be within 0..64 GiB"),
     ({"cuda_context_gib": float("inf")}, "--cuda-context must be within 0..64 GiB"),
     ({"optimizer": "paged-adam"}, "unknown optimizer 'paged-adam'"),
+    ({"loss": "liger"}, "unknown loss 'liger'"),
 ])
 def test_bad_training_options_are_one_error_with_a_hint(llama, options: dict, message: str) -> None:
     with pytest.raises(GpuflyError, match=message) as raised:
@@ -174,9 +177,11 @@ def test_bad_training_options_are_one_error_with_a_hint(llama, options: dict, me
 
 def test_training_options_given_to_inference_are_notes(llama) -> None:
     notes = _notes(llama, precision="bf16", checkpointing_mode="full", optimizer_in_backward=True,
-                   offload="optimizer", cuda_context_gib=1.0)
+                   offload="optimizer", cuda_context_gib=1.0, loss="fused")
     assert [note.split(" ")[0] for note in notes] == ["--precision", "--checkpointing-mode",
-                                                      "--optimizer-in-backward", "--offload", "--cuda-context"]
+                                                      "--optimizer-in-backward", "--offload", "--cuda-context",
+                                                      "--loss"]
+    assert Job.from_options(llama, loss="fused").loss == "full", "inference has no loss"
     assert all(note.endswith("(ignored)") for note in notes)
 
 

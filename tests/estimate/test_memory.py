@@ -319,6 +319,28 @@ def test_eager_attention_adds_a_term_quadratic_in_the_context(llama8b: ModelSpec
     assert Job(sdpa=True).attention == "sdpa" and Job(flash_attention=False).attention == "eager"
 
 
+def test_a_plain_mlp_saves_half_of_what_a_gated_one_does(llama8b: ModelSpec) -> None:
+    """A gated MLP keeps gate, up, the activated gate and the product (4 F-wide tensors); a GELU MLP its first
+    projection's output and the activation's (2): 4 bytes per token and channel less in 16 bits."""
+    import dataclasses
+
+    plain = dataclasses.replace(llama8b, gated_mlp=False)
+    job = Job(task="lora", context=1024, batch=2)
+    saved = training_memory(llama8b, job).get("activations") - training_memory(plain, job).get("activations")
+    assert saved == 4 * 1024 * 2 * (llama8b.intermediate or 0) * (llama8b.layers or 0)
+
+
+@pytest.mark.parametrize(("loss", "bytes_per_entry"), [("full", 14), ("chunked", 4), ("fused", 0)])
+def test_the_loss_recipe_sets_the_logits_the_peak_holds(llama8b: ModelSpec, loss: str, bytes_per_entry: int) -> None:
+    job = Job(task="lora", context=1024, batch=2)
+    body = training_memory(llama8b, job.with_(loss="fused")).get("activations")
+    memory = training_memory(llama8b, job.with_(loss=loss))
+    assert memory.get("activations") - body == bytes_per_entry * 1024 * 2 * (llama8b.vocab or 0)
+    note = next(item.note for item in memory.items if item.name == "activations")
+    said = {"full": "14 B/token x vocab", "chunked": "chunked loss", "fused": "fused linear cross-entropy"}
+    assert said[loss] in note
+
+
 def test_selective_checkpointing_lies_between_none_and_full(llama8b: ModelSpec) -> None:
     jobs = [Job(task="full", context=4096), Job(task="full", context=4096, checkpointing=True, selective=True),
             Job(task="full", context=4096, checkpointing=True)]

@@ -75,6 +75,10 @@ OptimizerInBackward = Annotated[bool, typer.Option(
 Offload = Annotated[str | None, typer.Option(
     "--offload", help="Training state in host memory: optimizer (ZeRO-Offload: gradients, master weights and "
     "optimizer states) or params (also the weights, FSDP CPU offload). Default: none.", show_default=False)]
+Loss = Annotated[str | None, typer.Option(
+    "--loss", help="Training loss over the vocabulary: full (transformers: the whole logits, upcast to fp32), "
+    "chunked (LitGPT: 16-bit logits and cross-entropy in chunks) or fused (Liger, Unsloth, Cut Cross-Entropy: "
+    "the logits never whole). Default: full.", show_default=False)]
 Prompt = Annotated[int | None, typer.Option(
     "--prompt", metavar="TOKENS", help="Inference: tokens of each prompt, the part of --ctx a prefill runs at once. "
     "Default: the whole --ctx (the largest prefill it allows).", show_default=False)]
@@ -153,7 +157,8 @@ def _training_extras(job: Job) -> str:
         (_("pure bf16"), job.precision == "bf16"),
         (_("{attention} attention").format(attention=job.attention), job.attention != "flash"),
         (_("optimizer in backward"), job.optimizer_in_backward),
-        (_("{offload} offloaded").format(offload=job.offload), job.offload != "none")) if on]
+        (_("{offload} offloaded").format(offload=job.offload), job.offload != "none"),
+        (_("{loss} loss").format(loss=job.loss), job.loss != "full")) if on]
     return "".join(f", {text}" for text in said)
 
 
@@ -440,7 +445,7 @@ def fit(
     microbatches: Microbatches = None, global_batch: GlobalBatch = None, precision: Precision = None,
     checkpointing_mode: CheckpointingMode = None, attention: Attention = None,
     optimizer_in_backward: OptimizerInBackward = False, offload: Offload = None, cuda_context: CudaContext = None,
-    prompt: Prompt = None,
+    loss: Loss = None, prompt: Prompt = None,
     max_ctx: Annotated[bool, typer.Option("--max-ctx", help="Solve for the longest context that fits.")] = False,
     max_batch: Annotated[bool, typer.Option("--max-batch", help="Solve for the largest batch that fits.")] = False,
     exact: Annotated[bool, typer.Option("--exact", help="Count parameters on the meta device (transformers).")] = False,
@@ -481,7 +486,7 @@ def fit(
                             microbatches=microbatches, global_batch=global_batch, precision=precision,
                             checkpointing_mode=checkpointing_mode, attention=attention,
                             optimizer_in_backward=optimizer_in_backward, offload=offload,
-                            cuda_context_gib=cuda_context, prompt=prompt, note=print_note)
+                            cuda_context_gib=cuda_context, prompt=prompt, loss=loss, note=print_note)
     out = console()
     solve = {"max_ctx": max_ctx, "max_batch": max_batch}
     if not targets:
@@ -599,7 +604,7 @@ def recommend(
     gpu_memory_utilization: GpuMemory = 0.9, nodes: Nodes = 1, internode: InternodeOpt = None, nics: Nics = None,
     precision: Precision = None, checkpointing_mode: CheckpointingMode = None, attention: Attention = None,
     optimizer_in_backward: OptimizerInBackward = False, offload: Offload = None, cuda_context: CudaContext = None,
-    prompt: Prompt = None,
+    loss: Loss = None, prompt: Prompt = None,
     budget: Annotated[
         float | None, typer.Option("--budget", metavar="USD", help="Most to spend (launch prices).")
     ] = None,
@@ -633,7 +638,7 @@ def recommend(
                            nodes=nodes, internode=internode, nics=nics, precision=precision,
                            checkpointing_mode=checkpointing_mode, attention=attention,
                            optimizer_in_backward=optimizer_in_backward, offload=offload, cuda_context_gib=cuda_context,
-                           prompt=prompt, note=print_note)
+                           prompt=prompt, loss=loss, note=print_note)
     ranking = rank(spec, job, default_catalog(), budget_usd=budget, max_gpus=max_gpus, prefer=prefer)
     if json_out:
         print_json({"schema_version": SCHEMA_VERSION, "model": spec.to_dict(), "job": job.to_dict(),

@@ -263,6 +263,8 @@ def _training_changes(model: ModelSpec, job: Job) -> Iterable[tuple[str, Job]]:
             yield "--optimizer adamw8bit", job.with_(optimizer="adamw8bit")
         if job.offload == "none":
             yield "--offload optimizer", job.with_(offload="optimizer")
+    if job.loss != "fused" and model.kind == "decoder" and model.vocab:
+        yield "--loss fused", job.with_(loss="fused")
     if job.task in ("full", "lora") and adaptable:
         yield "--task qlora --checkpointing", job.with_(task="qlora", checkpointing=True)
     if job.batch > 1:

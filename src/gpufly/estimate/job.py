@@ -28,6 +28,10 @@ SELECTIVE_RECOMPUTE_SHARE = 0.5
 ATTENTIONS = ("flash", "sdpa", "eager")
 """Attention kernels in training: flash-attn, torch SDPA (flash or memory-efficient kernels on CUDA), eager."""
 OFFLOADS = ("none", "optimizer", "params")
+LOSSES = ("full", "chunked", "fused")
+"""How the training loss meets the vocabulary (memory.LOSS_LOGITS_BYTES): full (transformers' loss over the whole
+logits, upcast to fp32), chunked (LitGPT's lm_head and cross-entropy in 16-bit chunks) or fused (Liger's fused
+linear cross-entropy, Unsloth's, Apple's Cut Cross-Entropy: the logits are never whole)."""
 """CPU offload: none; optimizer (ZeRO-Offload: gradients, fp32 master weights and optimizer states in host memory);
 params (also the weights, as FSDP's CPUOffload(offload_params=True) and ZeRO-3 offload_param do)."""
 MAX_CUDA_CONTEXT_GIB = 64.0
@@ -86,6 +90,8 @@ class Job:
     offload: str = "none"
     cuda_context_bytes: int = 0
     """The runtime's CUDA context; 0 is the stack's default (memory.TRAINING_CUDA_CONTEXT)."""
+    loss: str = "full"
+    """Training: how the loss holds the logits (LOSSES)."""
     prompt: int = 0
     """Inference: tokens of each prompt, the part of ``context`` a transformers prefill runs at once; 0: the whole
     context (the largest prefill it allows)."""
@@ -112,6 +118,8 @@ class Job:
                               hint="the context holds the prompt and the generated tokens")
         if self.offload not in OFFLOADS:
             _bad("offload", self.offload, OFFLOADS)
+        if self.loss not in LOSSES:
+            _bad("loss", self.loss, LOSSES)
         if not isinstance(self.cuda_context_bytes, int) or not 0 <= self.cuda_context_bytes <= \
                 MAX_CUDA_CONTEXT_GIB * 2**30:
             raise GpuflyError(f"--cuda-context must be within 0..{MAX_CUDA_CONTEXT_GIB:g} GiB, got "
@@ -133,7 +141,7 @@ class Job:
                      pipeline_parallel: int = 1, microbatches: int | None = None, global_batch: int | None = None,
                      precision: str | None = None, checkpointing_mode: str | None = None,
                      attention: str | None = None, optimizer_in_backward: bool = False, offload: str | None = None,
-                     cuda_context_gib: float | None = None, prompt: int | None = None,
+                     cuda_context_gib: float | None = None, prompt: int | None = None, loss: str | None = None,
                      note: Callable[[str], None] | None = None) -> Job:
         """The Job a person's options describe for ``spec``, as `gpufly fit` and `recommend` take them.
 
@@ -149,7 +157,8 @@ class Job:
         ``precision`` (mixed, bf16, fp32) is the training recipe; ``fp32`` is its alias ``precision="fp32"``.
         ``checkpointing_mode`` (none, selective, full) refines ``checkpointing``; ``attention`` (flash, sdpa, eager)
         is the attention kernel (in inference the engine's default when None); ``offload`` (none, optimizer, params)
-        puts training state in host memory; ``cuda_context_gib`` replaces the stack's default CUDA context.
+        puts training state in host memory; ``cuda_context_gib`` replaces the stack's default CUDA context; ``loss``
+        (full, chunked, fused) is how the loss holds the logits.
         ``prompt`` (inference) is the tokens of each prompt, the part of ``context`` a prefill runs at once; None:
         the whole context, the largest prefill the context allows.
 
@@ -169,12 +178,13 @@ class Job:
         mode = _checkpointing_mode(checkpointing, checkpointing_mode)
         attention = _choice("attention", attention, ATTENTIONS)
         offload = _choice("offload", offload, OFFLOADS)
+        given_loss = _choice("loss", loss, LOSSES)
         unused = _unused_options(task, zero=zero, fsdp=fsdp, lora_rank=lora_rank, lora_targets=lora_targets,
                                  checkpointing=checkpointing, fp32=fp32, quant=quant)
         unused += _unused_training_options(task, precision=given_precision,
                                            checkpointing_mode=checkpointing_mode,
                                            optimizer_in_backward=optimizer_in_backward, offload=offload,
-                                           cuda_context_gib=cuda_context_gib)
+                                           cuda_context_gib=cuda_context_gib, loss=given_loss)
         if prompt is not None and (not isinstance(prompt, int) or prompt <= 0):
             raise GpuflyError(f"--prompt must be a positive whole number, got {prompt}", hint="e.g. --prompt 2048")
         if prompt is not None and task != "infer":
@@ -227,7 +237,8 @@ class Job:
                   flash_attention=_flash(runtime.flash_attention_default, task, attention),
                   master_weights=precision != "bf16", selective=mode == "selective",
                   sdpa=attention == "sdpa", optimizer_in_backward=optimizer_in_backward,
-                  offload=offload or "none", cuda_context_bytes=context_bytes, prompt=prompt or 0)
+                  offload=offload or "none", cuda_context_bytes=context_bytes, prompt=prompt or 0,
+                  loss=given_loss if given_loss and task != "infer" else "full")
         for sentence in unused:  # once the options are known to be valid: a refused run needs no notes
             (note or _ignore)(sentence)
         return job
@@ -416,13 +427,14 @@ def _unused_options(task: str, *, zero: int, fsdp: str | None, lora_rank: int | 
 
 def _unused_training_options(task: str, *, precision: str | None, checkpointing_mode: str | None,
                              optimizer_in_backward: bool, offload: str | None,
-                             cuda_context_gib: float | None) -> list[str]:
+                             cuda_context_gib: float | None, loss: str | None = None) -> list[str]:
     """A sentence for each training-memory option given to inference, which does not use it."""
     if task != "infer":
         return []
     given = [flag for flag, value in (("--precision", precision), ("--checkpointing-mode", checkpointing_mode),
                                       ("--optimizer-in-backward", optimizer_in_backward),
-                                      ("--offload", offload), ("--cuda-context", cuda_context_gib))
+                                      ("--offload", offload), ("--cuda-context", cuda_context_gib),
+                                      ("--loss", loss))
              if value not in (None, False)]
     return [_("{option} shapes a training step; inference does not use it (ignored)").format(option=flag)
             for flag in given]

@@ -28,14 +28,26 @@ OPTIMIZER_STATE_BYTES = {"adamw": 8.0, "adamw8bit": 2.0, "paged-adamw": 8.0, "pa
 Adam's two int8 moments (Dettmers et al. 2022, block constants ignored), paged or not; SGD's fp32 momentum.
 Adafactor is computed from the matrix shapes (factored second moment, Shazeer and Stern 2018)."""
 EIGHT_BIT_OPTIMIZERS = ("adamw8bit", "paged-adamw8bit")
+MLP_SAVED_BYTES = {True: 8, False: 4}
+"""Bytes per token and MLP channel a training step saves for the MLP's backward in 16 bits, by whether the MLP is
+gated: four F-wide tensors (gate, up, activated gate, product) against two (the first projection's output and its
+activation's)."""
 LOGITS_BYTES = 14
 """Bytes per token and vocabulary entry transformers' causal-LM loss holds at its peak. transformers 4.46-4.47: the
 16-bit logits the model returns (2), their fp32 upcast (4), the shifted contiguous copy (4) and log_softmax's fp32
 output, kept for backward (4). 4.48+ shifts the labels instead: 10 in forward, and in backward log_softmax's output,
 the incoming gradient and its own (12), plus the 16-bit logits (2) where the loop still holds the model's output, as
 `out = model(**batch); out.loss.backward()` does: 14. Up to 4.45 the model upcast the logits itself: 12, or 16 where
-the loop holds the fp32 logits through backward (fsdp_qlora's train.py). 14 is the common case; torchtune's chunked
-loss holds less."""
+the loop holds the fp32 logits through backward (fsdp_qlora's train.py). 14 is the common case (``--loss full``);
+LOSS_LOGITS_BYTES has the others."""
+LOSS_LOGITS_BYTES = {"full": LOGITS_BYTES, "chunked": 4, "fused": 0}
+"""Bytes per token and vocabulary entry the loss holds at its peak, by ``Job.loss``. chunked: LitGPT's fine-tuning
+scripts run the LM head in chunks of 128 tokens (``model(x, lm_head_chunk_size=128)``) and the cross-entropy chunk by
+chunk on the 16-bit logits (``chunked_cross_entropy``: no fp32 upcast); the loop holds the chunks' 16-bit logits (2)
+and each chunk's cross-entropy keeps its 16-bit log_softmax for backward (2), while backward's gradients come one
+chunk at a time: 4. fused: Liger's LigerFusedLinearCrossEntropyLoss, Unsloth's fused loss and Apple's Cut
+Cross-Entropy compute the head, the loss and its gradient a chunk at a time inside one function, so no more than a
+chunk's logits ever exist: counted as 0 (one chunk, a few hundred MB at a 128K vocabulary, is left out)."""
 SHARDED_ALLOCATOR_SHARE = 0.18
 """The caching allocator's share on top of the allocated peak in multi-GPU training: FSDP all-gathers and
 reduce-scatters on CUDA streams of their own, and the allocator keeps each stream's blocks apart (pytorch#117323), so
@@ -459,8 +471,11 @@ def _attention_bytes(spec: ModelSpec, job: Job) -> tuple[int, int]:
 def training_activation_bytes(spec: ModelSpec, job: Job) -> tuple[int, str]:
     """Activations saved for backward on one GPU at the step's peak, and how they were counted.
 
-    Transformers: per layer s*b*(12h + 2*kv + 8F) bytes at 16-bit (the Korthikanti et al. 2022 accounting
-    generalised to RMSNorm, GQA and gated MLPs, no dropout) plus attention's (_attention_bytes). A checkpointed
+    Transformers: per layer s*b*(12h + 2*kv + M) bytes at 16-bit (the Korthikanti et al. 2022 accounting
+    generalised to RMSNorm, GQA and gated MLPs, no dropout) plus attention's (_attention_bytes). M is the MLP's
+    saved tensors (MLP_SAVED_BYTES): a gated MLP keeps its gate, its up projection, the activated gate and their
+    product, 8F; a plain one (GELU: GPT-NeoX, Phi, GPT-2) its first projection's output and the activation's, 4F,
+    as Korthikanti et al. count it. A checkpointed
     layer keeps only its input, 2*s*b*h (fp32 in PEFT's QLoRA recipe: 4*s*b*h); full checkpointing checkpoints every
     layer, selective every other one. The peak is at the loss: every layer's saved tensors plus the loss's logits
     (LOGITS_BYTES*b*s*V), or, later, plus one checkpointed layer recomputed, whichever is larger (the logits are
@@ -480,14 +495,16 @@ def training_activation_bytes(spec: ModelSpec, job: Job) -> tuple[int, str]:
     kv_width = (2 * spec.attention.kv_heads * spec.attention.head_dim if spec.attention.kind == "mha"
                 else spec.attention.kv_lora_rank + spec.attention.rope_head_dim)
     attention, once = _attention_bytes(spec, job)
-    per_layer = s * b * (12 * h + 2 * kv_width + 8 * _mlp_width(spec)) * scale + attention
+    mlp = MLP_SAVED_BYTES[spec.gated_mlp] * _mlp_width(spec)
+    per_layer = s * b * (12 * h + 2 * kv_width + mlp) * scale + attention
     kept_input = 2 * s * b * h * scale
     if peft_upcast(job):
         per_layer += 4 * s * b * h
         kept_input = 4 * s * b * h
     checkpointed = {"none": 0, "selective": -(-spec.layers // 2), "full": spec.layers}[job.checkpointing_mode]
     body = (spec.layers - checkpointed) * per_layer + checkpointed * kept_input + once
-    logits = LOGITS_BYTES * b * s * (spec.vocab or 0) if spec.kind == "decoder" else 0
+    logits_bytes = LOSS_LOGITS_BYTES[job.loss]
+    logits = logits_bytes * b * s * (spec.vocab or 0) if spec.kind == "decoder" else 0
     how = {"none": _("all layers' activations"),
            "selective": _("selective checkpointing: every other layer's input kept, the rest stored"),
            "full": _("full checkpointing: layer inputs kept, one layer recomputed")}[job.checkpointing_mode]
@@ -495,7 +512,10 @@ def training_activation_bytes(spec: ModelSpec, job: Job) -> tuple[int, str]:
                                                         "scores)"),
             "eager": _(", eager attention (s x s softmax in fp32 and 16 bits per head)")}[job.attention]
     if logits:
-        how += _(", {share} B/token x vocab of loss logits").format(share=LOGITS_BYTES)
+        how += _(", {share} B/token x vocab of loss logits").format(share=logits_bytes)
+    if job.loss != "full" and spec.kind == "decoder":
+        how += {"chunked": _(" (chunked loss: 16-bit logits and log-softmax)"),
+                "fused": _(", fused linear cross-entropy: no whole logits")}[job.loss]
     return body + max(logits, per_layer if checkpointed else 0), how
 
 
