@@ -154,6 +154,27 @@ def test_a_sync_reports_when_it_was_called_and_how_long_the_host_waited_and_the_
     assert heard == [(1.0, pytest.approx(0.003))] and own.calls == 1 and own.spent_s == 0
 
 
+def test_two_profilers_disarming_in_either_order_leave_torch_as_it_was() -> None:
+    clock = FakeClock()
+    torch = fake_torch(clock)
+    before = dict(vars(torch.Tensor))
+    first, second = (SyncCounter(on_sync=lambda at, waited: None, on_copy=lambda s, b: None, clock=clock)
+                     for _ in range(2))
+    for counter in (first, second):
+        counter.start(torch, cuda=True)
+        counter.arm()
+    first.disarm()  # its wrappers are under the second's: left in place, passing calls through
+    torch.Tensor(True).item()
+    assert not first.calls and dict(second.calls) == {".item()": 1}
+    second.disarm()
+    assert dict(vars(torch.Tensor)) == before
+    first.arm()
+    second.arm()
+    second.disarm()
+    first.disarm()
+    assert dict(vars(torch.Tensor)) == before
+
+
 def test_a_ctrl_c_in_the_middle_of_putting_the_originals_back_leaves_the_rest_to_the_next_disarm() -> None:
     """Windows open and close all through a run, so a Ctrl-C can land inside ``disarm``: the profiler's own stop
     then finishes the job instead of deleting what was already put back."""
@@ -168,7 +189,7 @@ def test_a_ctrl_c_in_the_middle_of_putting_the_originals_back_leaves_the_rest_to
         def __setattr__(self, name: str, value: Any) -> None:
             raise KeyboardInterrupt
 
-    counter._patched.insert(3, (Interrupting(), "x", "original"))  # the 4th to go back is interrupted
+    counter._patched.insert(3, (Interrupting(), "x", "original", None))  # the 4th to go back is interrupted
     with pytest.raises(KeyboardInterrupt):
         counter.disarm()
     assert isinstance(counter._patched[-1][0], Interrupting) and len(counter._patched) == 4, "the 3 after it are back"

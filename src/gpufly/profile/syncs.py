@@ -83,19 +83,25 @@ class SyncCounter:
         """Put back every original (deleting the wrapper where the method was inherited).
 
         One at a time, each taken off the list as it is put back: a Ctrl-C landing in the middle (windows open and
-        close all through a run) leaves a list that the next ``disarm`` finishes, never one it undoes twice."""
+        close all through a run) leaves a list that the next ``disarm`` finishes, never one it undoes twice. A wrapper
+        that another profiler has wrapped since is left in place, passing calls through, with what it would have put
+        back noted on it: that profiler puts that back when it disarms, not this wrapper."""
         while self._patched:
-            owner, name, original = self._patched[-1]
-            if original is not None:
-                setattr(owner, name, original)
-            elif name in owner.__dict__:
-                delattr(owner, name)
+            owner, name, original, replacement = self._patched[-1]
+            if owner.__dict__.get(name) is replacement:
+                original = _put_back(original)
+                if original is not None:
+                    setattr(owner, name, original)
+                elif name in owner.__dict__:
+                    delattr(owner, name)
+            else:
+                replacement.gpufly_put_back = original
             self._patched.pop()
         self.armed = False
 
     def _replace(self, owner: Any, name: str, replacement: Any) -> None:
         """Install ``replacement`` until ``disarm``, remembering what to put back (None: it was inherited)."""
-        self._patched.append((owner, name, owner.__dict__.get(name)))
+        self._patched.append((owner, name, owner.__dict__.get(name), replacement))
         setattr(owner, name, replacement)
 
     def _count(self, tensor_type: Any, method: str, label: str, gpu_only: bool) -> None:
@@ -103,6 +109,8 @@ class SyncCounter:
         counter, clock, own = self, self._clock, self._own
 
         def counted(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            if not counter.armed:  # left in place under another profiler's wrapper after this one disarmed
+                return original(tensor, *args, **kwargs)
             entered = clock()
             caller = sys._getframe(1).f_globals.get("__name__", "")
             if caller == "torch" or caller.startswith("torch."):
@@ -135,6 +143,8 @@ class SyncCounter:
         counter, clock, own = self, self._clock, self._own
 
         def timed(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            if not counter.armed:  # left in place under another profiler's wrapper after this one disarmed
+                return original(tensor, *args, **kwargs)
             entered = clock()
             result = original(tensor, *args, **kwargs)
             returned = clock()
@@ -155,6 +165,8 @@ class SyncCounter:
         counter, clock = self, self._clock
 
         def synchronize(*args: Any, **kwargs: Any) -> Any:
+            if not counter.armed:
+                return original(*args, **kwargs)
             called = clock()
             result = original(*args, **kwargs)
             counter.calls["torch.cuda.synchronize()"] += 1
@@ -162,6 +174,14 @@ class SyncCounter:
             return result
 
         self._replace(cuda, "synchronize", synchronize)
+
+
+def _put_back(original: Any) -> Any:
+    """What to put back for ``original``: itself, or, where it is a wrapper whose profiler has disarmed since (another
+    profiler's wrapper sat on top of it then), what that wrapper would have put back."""
+    while hasattr(original, "gpufly_put_back"):
+        original = original.gpufly_put_back
+    return original
 
 
 def _warning_at_caller(original: Any, *args: Any, **kwargs: Any) -> Any:
