@@ -171,7 +171,7 @@ def test_qlora_across_gpus_shards_with_zero_3_and_fsdp(cli) -> None:
 def test_when_nothing_fits_the_closest_option_is_shown(cli) -> None:
     result = cli("fit", "llama-3.1-405b", "--gpu", "4090")
     assert result.code == 1
-    assert "no single change makes it fit; the closest is --gpu 8xRTX4090" in result.stdout
+    assert "no single change makes it fit; the closest is --gpu 8xrtx-4090" in result.stdout
     assert "still short by" in result.stdout
 
 
@@ -366,7 +366,7 @@ def test_qlora_and_lora_checkpoint_by_default_as_their_recipes_do(cli) -> None:
 def test_recommend_says_which_setups_it_cannot_tell_apart_and_that_the_engine_is_the_limit(cli) -> None:
     result = cli("recommend", "qwen2.5-32b", "--quant", "int4", "--top", "5")
     assert result.code == 0, result.stderr
-    assert "are within the prediction's error (+-6%, the calibrated median) of each other: ordered by price, " \
+    assert "have predictions whose +-6% bands (the calibrated median error) overlap the first's: ordered by price, " \
            "then power, then memory headroom" in result.stdout
     assert "note: transformers is the limit, not the GPU" in result.stdout
     data = json.loads(cli("recommend", "qwen2.5-32b", "--quant", "int4", "--top", "5", "--json").stdout)
@@ -571,6 +571,33 @@ def test_training_recipes_are_options_and_items(cli) -> None:
     assert items("--loss", "fused")["activations"] == items()["activations"] - 14 * 2048 * 128256
     text = cli("fit", LLAMA, "--gpu", "h100 sxm", "--task", "full", "--offload", "optimizer").stdout
     assert "host memory for --offload optimizer" in text
+
+
+def test_recommend_says_it_assumed_zero_3_and_skips_gpus_the_engine_refuses(cli) -> None:
+    training = cli("recommend", "qwen2.5-7b", "--task", "full", "--precision", "bf16", "--json")
+    document = json.loads(training.stdout)
+    assert document["assumed"] and "ZeRO-3" in document["assumed"][0]
+    served = json.loads(cli("recommend", "llama-3.2-3b", "--engine", "vllm", "--json", "--top", "400").stdout)
+    assert served["picks"] and not any(pick["gpu"].startswith(("v100", "t4")) for pick in served["picks"]), \
+        "vLLM refuses bf16 below compute capability 8.0"
+
+
+def test_scaling_over_nodes_gives_ranges_and_labels_what_does_not_fit(cli) -> None:
+    args = ("fit", "llama-3.1-70b", "--task", "full", "--gpu", "8xh100-sxm", "--nodes", "2", "--tp", "8", "--pp",
+            "2", "--global-batch", "64")
+    text = cli(*args).stdout
+    assert "* hypothetical: the setup does not fit" in text and "if it fit: adding nodes" in text
+    point = json.loads(cli(*args, "--json").stdout)["results"][0]["scaling"]["points"][0]
+    assert point["hypothetical"] is not point["fits"]
+    assert point["samples_s_low"] < point["samples_s"] < point["samples_s_high"]
+
+
+def test_an_inference_engine_named_for_training_sets_nothing(cli) -> None:
+    result = cli("fit", LLAMA, "--gpu", "4090", "--task", "lora", "--engine", "ollama", "--json")
+    document = json.loads(result.stdout)
+    job = document["results"][0].get("job") or document["job"]
+    assert job["context"] == 4096 and job["engine"] == "transformers", "Ollama's context default is for serving"
+    assert "--engine ollama serves inference" in result.stderr
 
 
 def test_fit_prefills_the_prompt_not_the_whole_context(cli) -> None:

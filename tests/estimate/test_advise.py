@@ -86,7 +86,7 @@ def test_nothing_fits_gives_the_closest_option(catalog) -> None:
     found = changes(current)
     assert len(found) == 1 and not found[0].fit.fits
     assert found[0].fit.memory.total_bytes < current.memory.total_bytes
-    assert found[0].description == "--gpu 8xRTX4090"
+    assert found[0].description == "--gpu 8xrtx-4090"
 
 
 def test_qlora_across_gpus_is_offered_with_zero_3(catalog) -> None:

@@ -185,6 +185,22 @@ def test_training_options_given_to_inference_are_notes(llama) -> None:
     assert all(note.endswith("(ignored)") for note in notes)
 
 
+def test_inference_options_given_to_training_are_notes_and_change_nothing(llama) -> None:
+    plain = Job.from_options(llama, task="lora")
+    assert Job.from_options(llama, task="lora", engine="ollama", note=lambda _: None) == plain
+    assert _notes(llama, task="lora", engine="vllm") == [
+        "--engine vllm serves inference; training is modelled as PyTorch runs it (ignored)"]
+    assert _notes(llama, task="full", quant="int4")[0].startswith("--quant int4 sets inference weights")
+    assert _notes(llama, task="qlora", quant="fp8") == ["--quant fp8: QLoRA's frozen base is NF4 (ignored)"]
+    with pytest.raises(GpuflyError, match="unknown engine 'olama'"):
+        Job.from_options(llama, task="full", engine="olama")
+
+
+def test_precision_given_to_inference_is_ignored_as_said(llama) -> None:
+    assert Job.from_options(llama, precision="fp32", note=lambda _: None).quant == "bf16"
+    assert Job.from_options(llama, fp32=True).quant == "fp32", "--fp32 does set inference weights"
+
+
 def test_attention_applies_to_inference_too(llama) -> None:
     assert _notes(llama, attention="eager") == []
     assert Job.from_options(llama, attention="eager").attention == "eager"

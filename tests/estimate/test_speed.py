@@ -28,6 +28,7 @@ from gpufly.estimate.speed import (
     prefill_parallelism,
     prefill_rate,
     prefill_s,
+    speed,
     training_speed,
     training_step_s_per_sample,
 )
@@ -208,6 +209,36 @@ def test_largest_context_is_the_boundary(catalog) -> None:
 def test_parse_gpu_counts(catalog) -> None:
     assert parse_gpu("2xH100", catalog).count == 2
     assert parse_gpu("8 x a100-80g", catalog).spec.id == "a100-sxm4-80gb"
+
+
+def test_every_more_gpus_change_names_a_gpu_that_gpu_reads_back(catalog) -> None:
+    """The change is a command line to copy: ``--gpu 8xmi300x``, not a display name the parser rejects."""
+    from gpufly.estimate.advise import changes
+
+    seventy = load_model("llama-3.1-70b")
+    for gpu in catalog.specs:
+        if gpu.vram_gib < 100:
+            for change in changes(fit(seventy, gpu, Job(context=8192))):
+                if change.description.startswith("--gpu "):
+                    wanted = change.description.split()[1]
+                    assert parse_gpu(wanted, catalog).spec.id == gpu.id, change.description
+
+
+def test_nccl_buffers_follow_the_link_the_gpu_defaults_to(catalog) -> None:
+    h100 = parse_gpu("h100 sxm", catalog).spec
+    job = Job(task="full", gpus=8, zero=3, checkpointing=True, context=2048)
+    default, nvlink = fit(LLAMA, h100, job), fit(LLAMA, h100, job.with_(link="nvlink"))
+    assert default.memory.get("nccl") == nvlink.memory.get("nccl") > fit(
+        LLAMA, h100, job.with_(link="pcie")).memory.get("nccl")
+    assert default.job.link == "", "the job stays as given; the notes say which link was assumed"
+
+
+def test_a_prompt_sets_the_prefill_and_the_first_token(catalog) -> None:
+    gpu = parse_gpu("4090", catalog).spec
+    default, short = speed(LLAMA, gpu, Job(context=8192)), speed(LLAMA, gpu, Job(context=8192, prompt=512))
+    assert default.prompt_tokens == 4096 and short.prompt_tokens == 512
+    assert short.time_to_first_token_s < default.time_to_first_token_s / 4
+    assert short.decode_tok_s == default.decode_tok_s, "decode is read at the end of the context either way"
 
 
 def test_recommend_takes_the_fewest_gpus_that_fit(catalog) -> None:

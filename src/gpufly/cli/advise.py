@@ -200,6 +200,8 @@ def _speed_line(verdict: Fit) -> str:
         line = _("decode {decode} at the end of the context, prefill {prefill}{ttft}").format(
             decode=_rate(s.decode_tok_s, "tok/s", ranges.get("decode_tok_s")),
             prefill=_rate(s.prefill_tok_s, "tok/s", ranges.get("prefill_tok_s")), ttft=ttft)
+        if s.prompt_tokens and s.prefill_tok_s:
+            line += _(" (a {tokens}-token prompt)").format(tokens=f"{s.prompt_tokens:,}")
     said = _("speed: {speed}") if verdict.fits else _("speed if it fit (hypothetical: it does not fit): {speed}")
     why = f" ({s.why})" if s.why else ""
     basis = (_("roofline with calibrated efficiencies; bound by {bound}").format(bound=_bound(s.bound))
@@ -310,13 +312,20 @@ def _render_scaling(verdict: Fit, scaled: Scaling, out: Console) -> None:
         table.add_column(column, justify="right" if index < 5 else "left")
     shown = [p for p in scaled.points if p.nodes & (p.nodes - 1) == 0
              or p.nodes in (job.nodes, scaled.stops_at, scaled.points[0].nodes)]
+    low, high = _scaling_band(verdict)
     for point in shown:
-        table.add_row(str(point.nodes), _number(point.samples_s), _seconds(point.step_s),
+        samples = f"{_number(point.samples_s)} ({_number(point.samples_s * low)}-{_number(point.samples_s * high)})"
+        table.add_row(str(point.nodes), samples + ("" if point.fits else " *"), _seconds(point.step_s),
                       _seconds(point.communication_s), f"{point.efficiency:.0%}",
                       _("fits") if point.fits else _("does not fit"),
                       style="bold" if point.nodes == job.nodes else None)
     out.print(table)
-    out.print(_stops_line(scaled), markup=False)
+    out.print(_("samples/s with its 80% range, the band of this job's own prediction"), markup=False)
+    if not all(point.fits for point in shown):
+        out.print(_("* hypothetical: the setup does not fit; its speed is what it would be if it fit"), markup=False)
+    stops = _stops_line(scaled)
+    out.print(stops if any(p.fits for p in scaled.points) else _("if it fit: {said}").format(said=stops),
+              markup=False)
     for note in (*scaled.notes, *([scaled.why] if scaled.why else [])):
         out.print(_("note: {note}").format(note=note), markup=False)
     asked = scaled.point(job.nodes)
@@ -327,6 +336,26 @@ def _render_scaling(verdict: Fit, scaled: Scaling, out: Console) -> None:
     out.print(_("efficiency: samples/s over (nodes x one node's samples/s at the smallest count), a ratio of two "
                 "predictions of the same model, whose shared bias cancels; llm-foundry's FSDP runs on 2-16 nodes "
                 "over InfiniBand scale near-linearly, as the model predicts (docs/calibration.md)"), markup=False)
+
+
+def _scaling_band(verdict: Fit) -> tuple[float, float]:
+    """The job's own training-speed range as ratios to its value (every node count shares the band: a count's
+    prediction is the same model's), or no band when the job has none."""
+    for name in ("train_samples_s", "train_tokens_s"):
+        band = verdict.speed_ranges.get(name)
+        if band is not None and band.value:
+            return band.low / band.value, band.high / band.value
+    return 1.0, 1.0
+
+
+def scaling_dict(verdict: Fit, scaled: Scaling) -> dict[str, object]:
+    """The scaling as JSON, each count's samples/s with its 80% range and whether it is hypothetical."""
+    low, high = _scaling_band(verdict)
+    document = scaled.to_dict()
+    document["points"] = [{**point, "samples_s_low": point["samples_s"] * low,
+                           "samples_s_high": point["samples_s"] * high, "hypothetical": not point["fits"]}
+                          for point in document["points"]]
+    return document
 
 
 def _stops_line(scaled: Scaling) -> str:
@@ -476,7 +505,8 @@ def fit(
             print_note(target.assumed)
     spec = _load(model, exact)
     vram = targets[0].spec.vram_gib if targets else None
-    base = Job.from_options(spec, task=task, quant=quant, context=_context(spec, ctx, engine, vram), batch=batch,
+    serving = engine if task == "infer" else None  # an engine's context default applies to inference alone
+    base = Job.from_options(spec, task=task, quant=quant, context=_context(spec, ctx, serving, vram), batch=batch,
                             kv_format=kv,
                             engine=engine, optimizer=optimizer, zero=zero, checkpointing=checkpointing,
                             lora_rank=lora_rank, fp32=fp32, lora_targets=lora_targets, fsdp=fsdp,
@@ -509,7 +539,7 @@ def fit(
         print_json({"schema_version": SCHEMA_VERSION, "model": spec.to_dict(), "job": base.to_dict(),
                     "results": [{**solved, **v.to_dict(), "assumed": target.assumed,
                                  "changes": [c.to_dict() for c in ch],
-                                 "scaling": scaled.to_dict() if (scaled := scalings[i]) else None,
+                                 "scaling": scaling_dict(v, scaled) if (scaled := scalings[i]) else None,
                                  "links": _links(v),
                                  **({"calibration": narrowed[i]} if narrowed else {})}
                                 for i, (target, v, ch, solved) in enumerate(results)]})
@@ -631,7 +661,8 @@ def recommend(
     if budget is not None and not math.isfinite(budget):
         raise GpuflyError(f"--budget must be a number of dollars, got {budget}", hint="e.g. --budget 5000")
     spec = _load(model)
-    job = Job.from_options(spec, task=task, quant=quant, context=_context(spec, ctx, engine), batch=batch,
+    serving = engine if task == "infer" else None  # an engine's context default applies to inference alone
+    job = Job.from_options(spec, task=task, quant=quant, context=_context(spec, ctx, serving), batch=batch,
                            kv_format=kv,
                            engine=engine, optimizer=optimizer, checkpointing=checkpointing, lora_rank=lora_rank,
                            fp32=fp32, lora_targets=lora_targets, gpu_memory_utilization=gpu_memory_utilization,
@@ -687,14 +718,16 @@ def _render_ranking(ranking: Ranking, budget: float | None, top: int, out: Conso
     for number, (start, end) in enumerate(ranking.groups, 1):
         if start >= top:
             break
-        out.print(_("tie ={group}: setups {first}-{last} ({count}) are within the prediction's error (+-{error}, the "
-                    "calibrated median) of each other: ordered by {order}").format(
+        out.print(_("tie ={group}: setups {first}-{last} ({count}) have predictions whose +-{error} bands (the "
+                    "calibrated median error) overlap the first's: ordered by {order}").format(
                         group=number, first=start + 1, last=end, count=end - start, error=f"{ranking.error:.0%}",
                         order=_("price, then power, then memory headroom")), markup=False)
     if any(pick.fit.tight for pick in ranking.picks[:top]):
         out.print(_("(tight): fits with less room than the memory estimate's median error; a real run may not fit"))
     if ranking.engine_limit:
         out.print(_("note: {note}").format(note=ranking.engine_limit), markup=False)
+    for assumption in ranking.assumed:
+        out.print(_("note: {note}").format(note=assumption), markup=False)
     out.print(_("Prices are launch MSRPs where the vendor published one; data-center GPUs have none."))
 
 

@@ -10,7 +10,14 @@ from typing import Any
 from gpufly.catalog.lookup import Catalog
 from gpufly.catalog.spec import GpuSpec
 from gpufly.errors import GpuflyError
-from gpufly.estimate.checks import check_job, check_nodes, device_spec, splits_tensors, tensor_parallel_ok
+from gpufly.estimate.checks import (
+    check_job,
+    check_nodes,
+    context_note,
+    device_spec,
+    splits_tensors,
+    tensor_parallel_ok,
+)
 from gpufly.estimate.engines import (
     GIB,
     LLAMA_CPP_KV_LADDER,
@@ -138,11 +145,14 @@ def fit(model: ModelSpec, gpu: GpuSpec, job: Job, calibrated: bool = False) -> F
     (estimate/calibrate.py), which narrows the speed ranges. Raises GpuflyError for what a real run would refuse."""
     notes = check_job(model, gpu, job)
     device = device_spec(gpu)
+    linked = job
     if job.world > 1:
-        from gpufly.estimate.comms import topology
+        from gpufly.estimate.comms import default_link, topology
 
         notes += topology(device, job)[1]
-    needed, predicted = memory(model, job), speed(model, device, job)
+        if not job.link:  # NCCL's buffers follow the link the speed assumes (the GPU's default), not PCIe
+            linked = job.with_(link=default_link(device))
+    needed, predicted = memory(model, linked), speed(model, device, job)
     return Fit(model, device, job, needed, predicted, card=gpu, notes=notes,
                memory_range=memory_estimate(model, device, job, needed.total_bytes),
                speed_ranges=speed_estimates(model, device, job, predicted, calibrated))
@@ -282,7 +292,7 @@ def _more_gpus(model: ModelSpec, job: Job, gpu: GpuSpec) -> Iterable[tuple[str, 
             if changed is None:
                 continue
             if _runs(model, changed):
-                yield f"--gpu {count}x{gpu.name.replace(' ', '')}{flag}", changed
+                yield f"--gpu {count}x{gpu.id}{flag}", changed  # the catalog id: what --gpu reads back
 
 
 def changes(current: Fit) -> list[Change]:
@@ -379,6 +389,8 @@ class Ranking:
     error: float
     groups: tuple[tuple[int, int], ...] = ()
     engine_limit: str | None = None
+    assumed: tuple[str, ...] = ()
+    """What the ranking assumed that the job did not say (ZeRO-3 for training on several GPUs)."""
 
     def tie_group(self, index: int) -> int | None:
         """The number (from 1) of the near-tie group the pick at ``index`` belongs to, or None."""
@@ -388,7 +400,7 @@ class Ranking:
         shown = self.picks[:top] if top else self.picks
         return {"prefer": self.prefer, "error": self.error, "tie_break": TIE_BREAK,
                 "ties": [{"from": start + 1, "to": end, "count": end - start} for start, end in self.groups],
-                "engine_limit": self.engine_limit,
+                "engine_limit": self.engine_limit, "assumed": list(self.assumed),
                 "picks": [{**pick.to_dict(), "tie_group": self.tie_group(index)} for index, pick in enumerate(shown)]}
 
 
@@ -443,14 +455,15 @@ def recommend(model: ModelSpec, job: Job, catalog: Iterable[GpuSpec], budget_usd
         raise GpuflyError(f"--max-gpus must be at least 1, got {max_gpus}",
                           hint=f"e.g. --max-gpus 8 (counts tried: {', '.join(map(str, GPU_COUNTS))})")
     check_nodes(job)
+    context_note(model, job)  # a refusal of the job itself is the user's to hear, not one GPU's to skip
     picks: list[Pick] = []
     for gpu in catalog:
         for count in (c for c in GPU_COUNTS if c <= max_gpus):
             changed = _resized(job, count, zero=3 if job.training and count * job.nodes > 1 else job.zero)
             if changed is None or not _runs(model, changed):
                 continue
-            verdict = fit(model, gpu, changed)
-            if not verdict.fits:
+            verdict = _fit_or_none(model, gpu, changed)  # None: the engine refuses this GPU (vLLM's bf16 on a V100)
+            if verdict is None or not verdict.fits:
                 continue
             price = verdict.gpu.launch_price_usd * changed.world if verdict.gpu.launch_price_usd else None
             if budget_usd is not None and (price is None or price > budget_usd):
@@ -460,4 +473,9 @@ def recommend(model: ModelSpec, job: Job, catalog: Iterable[GpuSpec], budget_usd
             break
     error = speed_error(job)
     ordered, groups = _rank(picks, PREFERENCES[prefer], error)
-    return Ranking(ordered, prefer, error, tuple(groups), _engine_limit(job, ordered))
+    assumed: tuple[str, ...] = ()
+    if job.training and job.zero != 3 and any(pick.fit.job.world > 1 for pick in ordered):
+        assumed = (_("setups of several GPUs shard weights, gradients and optimizer states with ZeRO-3 (FSDP "
+                     "full_shard; --zero {zero} would keep more on every GPU): `gpufly fit` with the setup and "
+                     "--zero gives the other stages").format(zero=job.zero),)
+    return Ranking(ordered, prefer, error, tuple(groups), _engine_limit(job, ordered), assumed)

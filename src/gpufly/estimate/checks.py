@@ -121,7 +121,33 @@ def die_note(gpu: GpuSpec, count: int) -> str | None:
         count=count, cards=shown, whole=f"{gpu.dies}x{gpu.name.replace(' ', '')}")
 
 
+BF16_ENGINES_REFUSE = ("vllm", "sglang", "tensorrt-llm")
+"""Engines that stop at start on bf16 weights without bf16 hardware: vLLM's _check_if_gpu_supports_dtype ("Bfloat16 is
+only supported on GPUs with compute capability of at least 8.0 ... use float16 instead ... --dtype=half"), SGLang
+(which loads models through vLLM's config checks) and TensorRT-LLM (bf16 kernels need SM 8.0)."""
+
+
+def bf16_note(gpu: GpuSpec, job: Job) -> str | None:
+    """bf16 weights on an NVIDIA GPU older than Ampere (compute capability under 8.0: V100, T4, RTX 20xx): refused where
+    the engine refuses them; for transformers, which runs them without tensor cores, a note pointing at fp16."""
+    from gpufly.catalog.spec import parse_compute_capability
+    from gpufly.estimate.formats import weight_format
+
+    if job.training or gpu.vendor != "nvidia" or not gpu.compute_capability:
+        return None
+    if weight_format(job.quant).compute_dtype != "bf16" or parse_compute_capability(gpu.compute_capability) >= (8, 0):
+        return None
+    if job.engine in BF16_ENGINES_REFUSE:
+        raise GpuflyError(f"{engine(job.engine).display} refuses bf16 on the {gpu.name} (compute capability "
+                          f"{gpu.compute_capability}; bf16 needs 8.0 or newer)",
+                          hint="use --quant fp16 (vLLM: --dtype half)")
+    return _("the {gpu} (compute capability {cc}) has no bf16 tensor cores: bf16 matmuls run without them, far "
+             "slower than the speed below says; --quant fp16 runs on them").format(gpu=gpu.name,
+                                                                                  cc=gpu.compute_capability)
+
+
 def check_job(model: ModelSpec, gpu: GpuSpec, job: Job) -> tuple[str, ...]:
     """Refuse what a real run would refuse; the notes for what it would run with a caveat."""
     check_tensor_parallel(model, job)
-    return tuple(note for note in (context_note(model, job), die_note(gpu, job.gpus), check_nodes(job)) if note)
+    notes = (context_note(model, job), die_note(gpu, job.gpus), check_nodes(job), bf16_note(gpu, job))
+    return tuple(note for note in notes if note)

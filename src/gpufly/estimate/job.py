@@ -174,7 +174,7 @@ class Job:
         from gpufly.estimate.memory import lora_targets as resolve_targets
 
         given_precision = precision
-        precision = _precision(precision, fp32)
+        precision = _precision(precision if task != "infer" else None, fp32)  # inference: --quant sets the weights
         mode = _checkpointing_mode(checkpointing, checkpointing_mode)
         attention = _choice("attention", attention, ATTENTIONS)
         offload = _choice("offload", offload, OFFLOADS)
@@ -194,6 +194,11 @@ class Job:
             raise GpuflyError(f"--prompt {prompt} is longer than the context ({context} tokens, --ctx)",
                               hint=f"the context holds the prompt and the output: --ctx {prompt + 512} or more")
         fp32 = precision == "fp32"
+        unused += _unused_by_training(task, engine=engine, quant=quant)
+        if task != "infer":
+            if engine is not None:
+                check_engine(engine)  # a misspelt name is still an error, not a silent note
+            engine = None  # training is modelled as PyTorch runs it, whatever inference engine was named
         unused += _unused_scale_options(task, nodes=nodes, internode=internode, nics=nics,
                                         pipeline_parallel=pipeline_parallel, microbatches=microbatches,
                                         global_batch=global_batch)
@@ -422,6 +427,24 @@ def _unused_options(task: str, *, zero: int, fsdp: str | None, lora_rank: int | 
         if lora_targets is not None:
             unused.append(_("--lora-targets applies to --task lora or qlora; {work} does not use it (ignored)").format(
                 work=work))
+    return unused
+
+
+def _unused_by_training(task: str, *, engine: str | None, quant: str | None) -> list[str]:
+    """A sentence for each inference option a training task does not use: the engine (training is modelled as
+    PyTorch runs it), and --quant where the task fixes the weights' format (full training trains 16-bit weights,
+    QLoRA's frozen base is NF4)."""
+    unused: list[str] = []
+    if task == "infer":
+        return unused
+    if engine is not None:
+        unused.append(_("--engine {engine} serves inference; training is modelled as PyTorch runs it "
+                        "(ignored)").format(engine=engine))
+    if quant is not None and task == "full" and quant.lower() not in ("bf16", "fp16", "fp32"):
+        unused.append(_("--quant {quant} sets inference weights or a LoRA base; full training trains 16-bit "
+                        "weights (--precision sets the recipe; ignored)").format(quant=quant))
+    if quant is not None and task == "qlora" and quant.lower() != "nf4":
+        unused.append(_("--quant {quant}: QLoRA's frozen base is NF4 (ignored)").format(quant=quant))
     return unused
 
 

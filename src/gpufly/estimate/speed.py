@@ -76,6 +76,8 @@ class Speed:
     bound: str = ""
     why: str = ""
     step: tuple[StepPart, ...] = ()
+    prompt_tokens: int | None = None
+    """The prompt the prefill figures are for: --prompt, else half the context."""
 
     @property
     def step_s(self) -> float:
@@ -720,11 +722,12 @@ def training_speed(spec: ModelSpec, gpu: GpuSpec, job: Job, attention_kernel: st
 
 
 def inference_speed(spec: ModelSpec, gpu: GpuSpec, job: Job, prompt_tokens: int | None = None) -> Speed:
-    """Decode tok/s at the end of the context (the slowest point), prefill tok/s for the prompt."""
+    """Decode tok/s at the end of the context (the slowest point), prefill tok/s for the prompt: ``prompt_tokens``,
+    else the job's --prompt, else half the context (a prompt and an answer of the same length)."""
     kv_bytes(job.kv_format)
     if not spec.is_transformer or spec.kind != "decoder":
         return Speed(why=_("token speeds apply to decoder language models"))
-    prompt = prompt_tokens if prompt_tokens is not None else max(1, job.context // 2)
+    prompt = prompt_tokens if prompt_tokens is not None else job.prompt or max(1, job.context // 2)
     terms, fixed = decode_terms(spec, gpu, job, job.context)
     prefill = prefill_s(spec, gpu, job, prompt)
     return Speed(
@@ -735,6 +738,7 @@ def inference_speed(spec: ModelSpec, gpu: GpuSpec, job: Job, prompt_tokens: int 
         bound=max(terms, key=lambda name: terms[name]),
         why="" if prefill else _("no published dense tensor rate for the {gpu}: prefill unknown").format(
             gpu=gpu.name),
+        prompt_tokens=prompt,
     )
 
 
