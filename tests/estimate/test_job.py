@@ -74,8 +74,8 @@ def test_each_option_the_task_does_not_use_is_one_note(llama, options: dict, unu
 
 
 @pytest.mark.parametrize("options", [
-    {"task": "full", "zero": 2, "checkpointing": True},
-    {"task": "lora", "lora_rank": 8, "lora_targets": "q_proj", "zero": 3},
+    {"task": "full", "zero": 2, "checkpointing": True, "gpus": 2},
+    {"task": "lora", "lora_rank": 8, "lora_targets": "q_proj", "zero": 3, "gpus": 4},
     {"task": "qlora", "lora_rank": 8},
     {"fp32": True},
     {"task": "full", "fp32": True, "quant": "fp16"},
@@ -194,6 +194,12 @@ def test_inference_options_given_to_training_are_notes_and_change_nothing(llama)
     assert _notes(llama, task="qlora", quant="fp8") == ["--quant fp8: QLoRA's frozen base is NF4 (ignored)"]
     with pytest.raises(GpuflyError, match="unknown engine 'olama'"):
         Job.from_options(llama, task="full", engine="olama")
+
+
+def test_zero_with_one_data_parallel_rank_is_said_to_shard_nothing(llama) -> None:
+    assert _notes(llama, task="full", zero=3)[0].startswith("--zero 3 shards training state across data-parallel")
+    assert _notes(llama, task="full", fsdp="full_shard", gpus=8, tensor_parallel=8)[0].startswith("--zero 3 shards")
+    assert _notes(llama, task="full", zero=3, gpus=8) == []
 
 
 def test_precision_given_to_inference_is_ignored_as_said(llama) -> None:

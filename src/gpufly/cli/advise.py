@@ -84,7 +84,8 @@ Prompt = Annotated[int | None, typer.Option(
     "Default: the whole --ctx (the largest prefill it allows).", show_default=False)]
 CudaContext = Annotated[float | None, typer.Option(
     "--cuda-context", metavar="GIB", help="Training: the CUDA context in GiB, as nvidia-smi shows for an idle torch "
-    "process. Default: 0.49 (0.27-0.62 with lazy or eager module loading; more with many libraries' kernels).",
+    "process. Default (or 0): 0.49 (0.27-0.62 with lazy or eager module loading; more with many libraries' "
+    "kernels).",
     show_default=False)]
 Nodes = Annotated[int, typer.Option("--nodes", help="Nodes of --gpu COUNTxNAME each (training: data, pipeline or "
                                      "tensor parallel across them; vLLM inference: a pipeline stage per node).")]
@@ -263,17 +264,24 @@ def render_fit(verdict: Fit, changes: list[Change], out: Console) -> None:
     elif not verdict.fits and not any(change.fit.fits for change in changes):
         closest = changes[0]
         out.print(_("no single change makes it fit; the closest is {change}: {needs} GiB per GPU, still short by "
-                    "{short} GiB").format(change=closest.description, needs=_gib(closest.fit.memory.total_bytes),
+                    "{short} GiB").format(change=closest.description, needs=_gib_ranged(closest.fit),
                                           short=f"{-closest.fit.free_bytes / GIB:.1f}"), markup=False)
     elif changes:
         title = _("Changes that make it fit") if not verdict.fits else _("Other options")
         options = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
-        for column in (_("change"), _("per-GPU GiB"), _("verdict")):
+        for column in (_("change"), _("per-GPU GiB (80% range)"), _("verdict")):
             options.add_column(column)
         for change in changes:
-            options.add_row(change.description, _gib(change.fit.memory.total_bytes),
+            options.add_row(change.description, _gib_ranged(change.fit),
                             _("fits") if change.fit.fits else _("does not fit"))
         out.print(options)
+
+
+def _gib_ranged(verdict: Fit) -> str:
+    """A verdict's per-GPU total in GiB with its 80% range: ``20.30 (18.91-23.12)``."""
+    band = verdict.memory_range
+    total = _gib(verdict.memory.total_bytes)
+    return f"{total} ({_gib(band.low)}-{_gib(band.high)})" if band is not None else total
 
 
 def _seconds(value: float) -> str:
@@ -708,7 +716,7 @@ def _render_ranking(ranking: Ranking, budget: float | None, top: int, out: Conso
         table.add_row(str(index + 1), f"={group}" if group else "",
                       (f"{count}x {pick.fit.gpu.name}" if count > 1 else pick.fit.gpu.name)
                       + (_(" x {nodes} nodes").format(nodes=pick.fit.job.nodes) if pick.fit.job.nodes > 1 else ""),
-                      f"{_gib(pick.fit.memory.total_bytes)} / {pick.fit.gpu.vram_gib:g}"
+                      f"{_gib_ranged(pick.fit)} / {pick.fit.gpu.vram_gib:g}"
                       + (_(" (tight)") if pick.fit.tight else ""),
                       _rate(pick.throughput, pick.unit.split()[0], _headline_range(pick)),
                       f"${pick.price_usd:,.0f}" if pick.price_usd else MISSING,

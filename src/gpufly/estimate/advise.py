@@ -188,7 +188,8 @@ class Change:
 
     def to_dict(self) -> dict[str, Any]:
         return {"change": self.description, "fits": self.fit.fits,
-                "per_gpu_total_bytes": self.fit.memory.total_bytes, "free_bytes": self.fit.free_bytes}
+                "per_gpu_total_bytes": self.fit.memory.total_bytes, "free_bytes": self.fit.free_bytes,
+                "memory_range": self.fit.memory_range.to_dict() if self.fit.memory_range else None}
 
 
 def largest(model: ModelSpec, gpu: GpuSpec, job: Job, field: str, upper: int) -> int | None:

@@ -244,6 +244,9 @@ class Job:
                   sdpa=attention == "sdpa", optimizer_in_backward=optimizer_in_backward,
                   offload=offload or "none", cuda_context_bytes=context_bytes, prompt=prompt or 0,
                   loss=given_loss if given_loss and task != "infer" else "full")
+        if job.training and job.zero and job.data_parallel == 1:
+            unused.append(_("--zero {zero} shards training state across data-parallel ranks; this job has one "
+                            "(one GPU, or --tp x --pp take them all): nothing is sharded").format(zero=job.zero))
         for sentence in unused:  # once the options are known to be valid: a refused run needs no notes
             (note or _ignore)(sentence)
         return job
