@@ -147,6 +147,10 @@ def _describe(spec: ModelSpec, job: Job) -> str:
     params = (_("{params} B params, {active} B active") if spec.active_params else _("{params} B params")).format(
         params=f"{spec.params / 1e9:.2f}", active=f"{(spec.active_params or 0) / 1e9:.1f}")
     task = what[job.task].format(quant=job.quant, rank=job.lora_rank)
+    if not spec.is_transformer:  # a CNN: no context, and no LLM engine
+        return _("{model} ({params}; {method}): {task}, batch {batch}").format(
+            model=spec.name, params=params, method=spec.params_method, task=task, batch=job.batch) + (
+            extra if job.training else "")
     return _("{model} ({params}; {method}): {task}, ctx {ctx}, batch {batch}{extra}").format(
         model=spec.name, params=params, method=spec.params_method, task=task, ctx=f"{job.context:,}",
         batch=job.batch, extra=extra)

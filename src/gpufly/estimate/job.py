@@ -101,12 +101,13 @@ class Job:
             _bad("task", self.task, TASKS)
         if self.optimizer not in OPTIMIZERS:
             _bad("optimizer", self.optimizer, OPTIMIZERS)
-        for name, flag in (("context", "--ctx"), ("batch", "--batch"), ("gpus", "--gpu COUNTx"),
-                           ("lora_rank", "--lora-rank"), ("nodes", "--nodes"), ("tensor_parallel", "--tp"),
-                           ("pipeline_parallel", "--pp")):
+        for name, flag, example in (("context", "--ctx", "--ctx 4096"), ("batch", "--batch", "--batch 8"),
+                                    ("gpus", "--gpu COUNTx", "--gpu 2xH100"),
+                                    ("lora_rank", "--lora-rank", "--lora-rank 16"), ("nodes", "--nodes", "--nodes 2"),
+                                    ("tensor_parallel", "--tp", "--tp 8"), ("pipeline_parallel", "--pp", "--pp 2")):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
-                raise GpuflyError(f"{flag} must be a positive whole number, got {value}", hint=f"e.g. {flag} 8")
+                raise GpuflyError(f"{flag} must be a positive whole number, got {value}", hint=f"e.g. {example}")
         for name, flag in (("nics", "--nics"), ("microbatches", "--microbatches"),
                            ("global_batch", "--global-batch")):
             value = getattr(self, name)

@@ -349,8 +349,9 @@ def inference_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
         _(", a pipeline stage per node ({stages})").format(stages=stages) if stages > 1 else "")
     items = [
         MemoryItem("weights", weights // (tp * stages), weights_note + split),
-        MemoryItem("kv_cache", kv // (kv_split * stages), _("{batch} x {context} tokens at {format}").format(
-            batch=job.batch, context=f"{context:,}", format=job.kv_format)),
+        *([MemoryItem("kv_cache", kv // (kv_split * stages), _("{batch} x {context} tokens at {format}").format(
+            batch=job.batch, context=f"{context:,}", format=job.kv_format))]
+          if spec.is_transformer else []),  # a CNN has no KV cache and no context
         MemoryItem("activations", activations, act_note),
     ]
     notes += [note for note in (engine_format_note(runtime, fmt), engine_kv_note(runtime, job.kv_format)) if note]
