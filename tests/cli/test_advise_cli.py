@@ -592,6 +592,13 @@ def test_scaling_over_nodes_gives_ranges_and_labels_what_does_not_fit(cli) -> No
     assert point["samples_s_low"] < point["samples_s"] < point["samples_s_high"]
 
 
+def test_a_cnn_has_no_context_and_no_kv_cache(cli) -> None:
+    text = cli("fit", "resnet-50", "--gpu", "4090").stdout
+    assert "ResNet-50" in text and "ctx" not in text.splitlines()[0] and "kv_cache" not in text
+    document = json.loads(cli("fit", "resnet-50", "--gpu", "4090", "--json").stdout)
+    assert "kv_cache" not in {item["name"] for item in document["results"][0]["memory"]["items"]}
+
+
 def test_an_inference_engine_named_for_training_sets_nothing(cli) -> None:
     result = cli("fit", LLAMA, "--gpu", "4090", "--task", "lora", "--engine", "ollama", "--json")
     document = json.loads(result.stdout)
