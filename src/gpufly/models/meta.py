@@ -81,6 +81,12 @@ def _linear_layers(model: nn.Module) -> tuple[dict[str, tuple[int, int, int]], d
 
 def _instantiate(config: dict[str, Any], where: str) -> nn.Module:
     """The model ``config`` describes, on the meta device; GpuflyError for whatever transformers refuses."""
+    import logging
+
+    # transformers imports torchao where it is installed, which warns about its CUDA-only kernels on a CPU build and
+    # trips torch's pytree deprecation warnings: noise before a parameter count, not the user's to act on.
+    for name in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(name).setLevel(logging.ERROR)
     import torch
     import transformers
 
