@@ -592,6 +592,14 @@ def test_scaling_over_nodes_gives_ranges_and_labels_what_does_not_fit(cli) -> No
     assert point["samples_s_low"] < point["samples_s"] < point["samples_s_high"]
 
 
+def test_two_systems_on_a_chip_in_one_node_are_refused(cli) -> None:
+    result = cli("fit", LLAMA, "--gpu", "2xm3-ultra", "--task", "lora")
+    assert result.code == 2 and "is a system on a chip, one GPU per machine" in result.stderr
+    assert "--nodes 2" in result.stderr and "Traceback" not in result.stderr
+    picks = json.loads(cli("recommend", LLAMA, "--json", "--top", "400").stdout)["picks"]
+    assert not any(pick["gpu"].startswith("m3") and pick["gpus"] > 1 for pick in picks)
+
+
 def test_a_cnn_has_no_context_and_no_kv_cache(cli) -> None:
     text = cli("fit", "resnet-50", "--gpu", "4090").stdout
     assert "ResNet-50" in text and "ctx" not in text.splitlines()[0] and "kv_cache" not in text

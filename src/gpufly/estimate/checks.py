@@ -146,8 +146,17 @@ def bf16_note(gpu: GpuSpec, job: Job) -> str | None:
                                                                                   cc=gpu.compute_capability)
 
 
+def check_soc_count(gpu: GpuSpec, job: Job) -> None:
+    """A system on a chip (Apple's M-series, NVIDIA's GB10) is one GPU per machine: two of them in one node do not
+    exist; machines are --nodes."""
+    if job.gpus > 1 and (gpu.form_factor or "").lower() == "soc":
+        raise GpuflyError(f"the {gpu.name} is a system on a chip, one GPU per machine: {job.gpus} of them cannot share "
+                          "a node", hint=f"--gpu {gpu.id} alone; for several machines, --nodes {job.gpus} (training)")
+
+
 def check_job(model: ModelSpec, gpu: GpuSpec, job: Job) -> tuple[str, ...]:
     """Refuse what a real run would refuse; the notes for what it would run with a caveat."""
     check_tensor_parallel(model, job)
+    check_soc_count(gpu, job)
     notes = (context_note(model, job), die_note(gpu, job.gpus), check_nodes(job), bf16_note(gpu, job))
     return tuple(note for note in notes if note)
