@@ -319,6 +319,14 @@ def test_eager_attention_adds_a_term_quadratic_in_the_context(llama8b: ModelSpec
     assert Job(sdpa=True).attention == "sdpa" and Job(flash_attention=False).attention == "eager"
 
 
+def test_qlora_in_fp32_holds_the_unquantized_params_in_fp32(llama8b: ModelSpec) -> None:
+    """fp32 QLoRA is never lighter than PEFT's mixed recipe, which upcasts the same parameters to fp32."""
+    weights = {precision: training_memory(llama8b, Job(task="qlora", master_weights=precision != "bf16",
+                                                       mixed_precision=precision != "fp32")).get("weights")
+               for precision in ("mixed", "bf16", "fp32")}
+    assert weights["fp32"] == weights["mixed"] > weights["bf16"]
+
+
 def test_a_plain_mlp_saves_half_of_what_a_gated_one_does(llama8b: ModelSpec) -> None:
     """A gated MLP keeps gate, up, the activated gate and the product (4 F-wide tensors); a GELU MLP its first
     projection's output and the activation's (2): 4 bytes per token and channel less in 16 bits."""

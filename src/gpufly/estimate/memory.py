@@ -637,6 +637,10 @@ def _lora_items(spec: ModelSpec, job: Job, host: list[int]) -> list[MemoryItem]:
         base_bytes += upcast
         base_note += _("; PEFT's prepare_model_for_kbit_training casts the {params} unquantized params (embeddings, "
                        "LM head, norms) to fp32").format(params=f"{_unquantized_params(spec):,}")
+    elif job.task == "qlora" and job.precision == "fp32":
+        base_bytes += 2 * _unquantized_params(spec)
+        base_note += _("; the {params} unquantized params (embeddings, LM head, norms) in fp32 (--precision "
+                       "fp32)").format(params=f"{_unquantized_params(spec):,}")
     constants = _quant_state_bytes(spec, base) if job.task == "qlora" else 0
     if constants and ((job.zero >= 3 and job.data_parallel > 1) or job.offload == "params"):
         base_note += _("; its quantization constants ({size} GiB) stay whole on every GPU: they are no parameter "
