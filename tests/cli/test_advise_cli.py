@@ -600,6 +600,11 @@ def test_two_systems_on_a_chip_in_one_node_are_refused(cli) -> None:
     assert not any(pick["gpu"].startswith("m3") and pick["gpus"] > 1 for pick in picks)
 
 
+def test_training_on_apple_silicon_says_its_runtime_figures_are_cuda_stand_ins(cli) -> None:
+    result = cli("fit", LLAMA, "--gpu", "m3-ultra", "--task", "lora")
+    assert "on Apple silicon PyTorch runs on MPS: there is no CUDA context" in result.stdout + result.stderr
+
+
 def test_a_cnn_has_no_context_and_no_kv_cache(cli) -> None:
     text = cli("fit", "resnet-50", "--gpu", "4090").stdout
     assert "ResNet-50" in text and "ctx" not in text.splitlines()[0] and "kv_cache" not in text

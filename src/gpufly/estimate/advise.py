@@ -152,6 +152,9 @@ def fit(model: ModelSpec, gpu: GpuSpec, job: Job, calibrated: bool = False) -> F
         notes += topology(device, job)[1]
         if not job.link:  # NCCL's buffers follow the link the speed assumes (the GPU's default), not PCIe
             linked = job.with_(link=default_link(device))
+    if job.training and gpu.vendor == "apple":
+        notes += (_("on Apple silicon PyTorch runs on MPS: there is no CUDA context and no NCCL; the runtime item "
+                    "(and, across machines, the nccl one) stands in with the CUDA figures, not measured on a Mac"),)
     needed, predicted = memory(model, linked), speed(model, device, job)
     return Fit(model, device, job, needed, predicted, card=gpu, notes=notes,
                memory_range=memory_estimate(model, device, job, needed.total_bytes),
