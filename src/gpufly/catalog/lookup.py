@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from gpufly.catalog.spec import GpuSpec
 from gpufly.errors import GpuflyError
+from gpufly.i18n import gettext as _
 
 _NOISE_WORDS = ("nvidia", "geforce", "tesla", "amd", "radeon", "instinct", "apple", "generation")
 _NOISE = re.compile(r"\b(" + "|".join(_NOISE_WORDS) + r")\b")
@@ -149,13 +150,14 @@ class Catalog:
         if len(found) == 1:
             spec = found[0]
             exact = spec in self._by_key.get(key, [])
-            return Resolution(spec, None if exact else f"assuming {spec.name}")
+            return Resolution(spec, None if exact else _("assuming {gpu}").format(gpu=spec.name))
         if found:
             defaults = [spec for spec in self._default.get(key, []) if spec in found]
             if len(defaults) == 1:
                 chosen = defaults[0]
                 others = tuple(spec.name for spec in found if spec is not chosen)
-                return Resolution(chosen, f"assuming {chosen.name}; also: {', '.join(others)}", others)
+                return Resolution(chosen, _("assuming {gpu}; also: {others}").format(gpu=chosen.name,
+                                                                                     others=", ".join(others)), others)
             names = ", ".join(spec.name for spec in found)
             raise GpuflyError(
                 f"'{name}' matches several GPUs: {names}",

@@ -39,14 +39,9 @@ DEFAULT_LORA_RANK = 16
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 FSDP_STAGES = {"full_shard": 3, "shard_grad_op": 2, "no_shard": 0}
 """FSDP sharding strategies and the ZeRO stage each equals in memory (llm-analysis README)."""
-RECIPE_CHECKPOINTING: dict[str, tuple[bool, str]] = {
-    "qlora": (True, "PEFT's prepare_model_for_kbit_training turns it on (use_gradient_checkpointing=True, "
-                    "peft/utils/other.py), as the QLoRA recipe does"),
-    "lora": (True, "TRL's SFTConfig turns it on (gradient_checkpointing defaults to True in TRL 1.x, "
-                   "trl/trainer/sft_config.py)"),
-    "full": (False, "transformers' TrainingArguments leave it off (gradient_checkpointing=False)"),
-}
-"""Gradient checkpointing as each task's usual recipe sets it, and who sets it: the default of --checkpointing."""
+RECIPE_CHECKPOINTING: dict[str, bool] = {"qlora": True, "lora": True, "full": False}
+"""Gradient checkpointing as each task's usual recipe sets it, the default of --checkpointing (who sets it:
+_recipe_reason)."""
 
 
 @dataclass(frozen=True)
@@ -226,7 +221,7 @@ class Job:
             if value is not None and value <= 0:  # 0 inside a Job means "the default", never a user's 0
                 raise GpuflyError(f"{flag} must be a positive whole number, got {value}", hint=f"e.g. {flag} 8")
         if mode is None:
-            checkpointing = task in RECIPE_CHECKPOINTING and RECIPE_CHECKPOINTING[task][0]
+            checkpointing = RECIPE_CHECKPOINTING.get(task, False)
         else:
             checkpointing = mode != "none"
         context_bytes = _context_bytes(cuda_context_gib)
@@ -332,7 +327,7 @@ class Job:
     @property
     def checkpointing_reason(self) -> str:
         """Whether gradient checkpointing applies and why: the task's recipe default, or the option that overrode it."""
-        default, who = RECIPE_CHECKPOINTING[self.task]
+        default, who = RECIPE_CHECKPOINTING[self.task], _recipe_reason(self.task)
         if self.checkpointing == default:
             said = (_("checkpointing on, the {task} recipe's default: {who}") if self.checkpointing
                     else _("checkpointing off, the {task} recipe's default: {who}"))
@@ -484,6 +479,15 @@ def _unused_scale_options(task: str, *, nodes: int, internode: str | None, nics:
         unused.append(_("--microbatches feeds a pipeline (--pp 2 or more); without one each step is one "
                         "micro-batch per GPU (ignored)"))
     return unused
+
+
+def _recipe_reason(task: str) -> str:
+    """Who sets each task's checkpointing default (RECIPE_CHECKPOINTING's sentences), in the user's language."""
+    return {"qlora": _("PEFT's prepare_model_for_kbit_training turns it on (use_gradient_checkpointing=True, "
+                       "peft/utils/other.py), as the QLoRA recipe does"),
+            "lora": _("TRL's SFTConfig turns it on (gradient_checkpointing defaults to True in TRL 1.x, "
+                      "trl/trainer/sft_config.py)"),
+            "full": _("transformers' TrainingArguments leave it off (gradient_checkpointing=False)")}[task]
 
 
 def _ignore(_: str) -> None:

@@ -23,7 +23,7 @@ from gpufly.errors import GpuflyError
 
 SOURCE_ROOT = Path(__file__).parent.parent
 MARKED_MODULES = (
-    "cli/advise.py", "cli/doctor.py", "cli/install.py", "cli/report.py",
+    "catalog/lookup.py", "cli/advise.py", "cli/doctor.py", "cli/install.py", "cli/report.py",
     "doctor/checks.py", "doctor/extensions.py", "doctor/facts.py",
     "doctor/install/jax.py", "doctor/install/plan.py", "doctor/install/tensorflow.py", "doctor/install/tools.py",
     "doctor/install/torch.py",
