@@ -220,10 +220,7 @@ class Job:
         for value, flag in ((nics, "--nics"), (microbatches, "--microbatches"), (global_batch, "--global-batch")):
             if value is not None and value <= 0:  # 0 inside a Job means "the default", never a user's 0
                 raise GpuflyError(f"{flag} must be a positive whole number, got {value}", hint=f"e.g. {flag} 8")
-        if mode is None:
-            checkpointing = RECIPE_CHECKPOINTING.get(task, False)
-        else:
-            checkpointing = mode != "none"
+        checkpointing = RECIPE_CHECKPOINTING.get(task, False) if mode is None else mode != "none"
         context_bytes = _context_bytes(cuda_context_gib)
         targets = _target_list(lora_targets)
         if task in ("lora", "qlora"):
