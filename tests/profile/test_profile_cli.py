@@ -240,3 +240,35 @@ def test_every_result_carries_its_receipt_noise_floor_and_overhead(cli, tmp_path
     assert "expected gain:" in text
     plain = cli("profile", str(SCRIPT), "--steps", "12")
     assert "measured on CPU" in plain.stdout and "noise floor:" in plain.stdout and "own cost:" in plain.stdout
+
+
+def test_a_warm_up_longer_than_the_run_leaves_out_its_first_half_and_says_so(cli) -> None:  # type: ignore[no-untyped-def]
+    """Every step inside --warmup: the first steps (compilation, allocation) would otherwise set every figure."""
+    result = cli("profile", "--json", "--warmup", "100", str(SCRIPT), "--steps", "12")
+    document = json.loads(result.stdout)
+    assert document["short_of_warmup"] is True and document["measured_steps"] == 6
+    text = cli("profile", "--warmup", "100", str(SCRIPT), "--steps", "12").stdout
+    assert "fell inside the warm-up" in text and "second half" in text
+    assert json.loads(cli("profile", "--json", str(SCRIPT), "--steps", "12").stdout)["short_of_warmup"] is False
+
+
+def test_the_traced_steps_are_left_out_of_the_figures_and_the_trace_is_shown(cli) -> None:  # type: ignore[no-untyped-def]
+    document = json.loads(cli("profile", "--json", "--trace", "2", str(SCRIPT), "--steps", "12").stdout)
+    assert document["measured_steps"] == 12 - 3 - 2, "3 warm-up steps and the 2 traced ones left out"
+    assert document["trace"]["steps"] == 2
+    text = cli("profile", "--trace", "2", str(SCRIPT), "--steps", "12").stdout
+    assert "torch.profiler window: 2 steps" in text and "left out of the" in text
+
+
+def test_a_wide_spread_of_step_times_is_marked_noisy_with_its_reason() -> None:
+    from gpufly.profile.records import ProfileData, StepRecord
+    from gpufly.profile.render import NOISY_SPREAD, noise_floor
+
+    def data(times: list[float]) -> ProfileData:
+        return ProfileData(steps=[StepRecord(index=i, wall_s=t) for i, t in enumerate(times)])
+
+    steady = noise_floor(data([0.010, 0.0101, 0.0099, 0.010, 0.0102, 0.010, 0.0098, 0.010]))
+    jumpy = noise_floor(data([0.010, 0.020, 0.005, 0.010, 0.030, 0.010, 0.004, 0.010]))
+    assert steady is not None and jumpy is not None
+    assert steady["noisy"] is False and steady["noisy_reason"] is None
+    assert jumpy["spread"] > NOISY_SPREAD and jumpy["noisy"] is True and "of the median" in jumpy["noisy_reason"]

@@ -103,7 +103,7 @@ def test_a_saved_profile_gets_its_section_and_chart() -> None:
     profiled = {"command": "python train.py", "measured_steps": 20, "median_step_s": 0.125,
                 "breakdown": {"data wait": 0.4, "forward": 0.25, "backward": 0.35},
                 "findings": [{"title": "The loop waits for its input", "seen": "40% of step time",
-                              "change": "DataLoader(num_workers=4)", "weight": 0.4}]}
+                              "change": "DataLoader(num_workers=4)", "weight": 0.4, "explains": 0.4}]}
     report = compose(two_gpus(), scenario("healthy_gpu"), frameworks_imported=False, profile=profiled)
     page = render_html(report, "now")
     assert sections_of(page) == [*SECTIONS, "profile"]

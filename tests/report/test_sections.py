@@ -121,13 +121,23 @@ def test_next_actions_put_a_failed_check_first_then_bounds() -> None:
     assert "memory.copy" in second.title
 
 
+def test_a_finding_ranked_by_priority_claims_no_gain() -> None:
+    """A CPU run's .item() finding ranks at 0.1 but measured nothing it would save: no "up to 1.11x"."""
+    from gpufly.report.actions import profile_actions
+
+    ranked = profile_actions({"findings": [{"title": "Host-device syncs in the loop", "seen": "10 calls",
+                                            "change": "call .item() every N steps", "weight": 0.1,
+                                            "explains": None}]})
+    assert ranked[0].gain is None and "1.11" not in ranked[0].gain_text
+
+
 def test_a_tuned_speedup_outranks_an_upper_bound(tmp_path) -> None:
     from gpufly.report import TuneSummary
 
     tuned = TuneSummary(trials=6, best="amp=bf16+channels_last", speedup=1.8, knobs={"amp": "bf16"},
                         code=("with torch.autocast(...):",), unsafe=1, failed=0)
     profile = {"findings": [{"title": "The loop waits for its input", "seen": "40% of step time",
-                             "change": "DataLoader(num_workers=4)", "weight": 0.4}]}
+                             "change": "DataLoader(num_workers=4)", "weight": 0.4, "explains": 0.4}]}
     report = compose(two_gpus(), scenario("healthy_gpu"), frameworks_imported=False, tune=tuned, profile=profile)
     titles = [(a.section, a.gain_text) for a in report.actions]
     assert titles[:2] == [("tune", "1.80x measured"), ("profile", "up to 1.67x")]

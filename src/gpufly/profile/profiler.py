@@ -43,7 +43,8 @@ class Profiler:
 
     ``warmup`` steps are recorded but left out of the statistics (compilation, allocator growth,
     cuDNN autotuning). ``sampling`` says which steps are looked inside (syncs, copies, forward/backward,
-    memory). ``trace_steps`` opens a short ``torch.profiler`` window after warm-up and keeps its summary.
+    memory). ``trace_steps`` opens a short ``torch.profiler`` window after warm-up and keeps its summary; its steps,
+    slowed by the tracing, are left out of the statistics too.
     ``nvml_interval`` samples the GPU in the background when one is in use. ``clock`` times everything
     (a fake one in tests). ``data`` is complete once ``finish()`` (which ``report`` and ``save`` call) has run:
     until then ``data.steps`` lacks the latest steps not looked inside (``steps.steps`` has them all).
@@ -60,14 +61,16 @@ class Profiler:
         self.data = ProfileData(settings=LoopSettings(device=device or "cpu"))
         self.own = OwnTime(clock)
         self.memory = MemoryReader()
-        self.steps = StepClock(self.data.steps, warmup, clock, read_memory=self.memory.read,
-                               schedule=DetailSchedule(sampling, warmup), own=self.own)
+        # The torch.profiler window's steps run several times slower: like warm-up, they are kept out of the figures.
+        left_out = warmup + trace_steps
+        self.steps = StepClock(self.data.steps, left_out, clock, read_memory=self.memory.read,
+                               schedule=DetailSchedule(sampling, left_out), own=self.own)
         self.syncs = SyncCounter(on_sync=self.steps.count_sync, on_copy=self._copied, clock=clock, own=self.own)
         self.hooks = ModelHooks(self.steps, self.data.settings, device_given=device is not None, clock=clock,
                                 own=self.own)
         self.trace = TraceWindow(trace_steps, warmup, clock)
         if trace_steps:
-            self.steps.on_step.append(self.trace.advance)
+            self.steps.on_step.append(self._advance_trace)
         self.steps.on_detail.append(self._detail)
         self.gpu: GpuWatch | None = None
         self._context = StepContext(self.steps)
@@ -198,6 +201,14 @@ class Profiler:
             self.gpu = watch
 
     # -- glue between the parts ----------------------------------------------------------------
+
+    def _advance_trace(self, done: int) -> None:
+        """Open or close the torch.profiler window; closing it summarizes the trace (tens to hundreds of ms), which
+        belongs to no step of the loop: the step under way restarts after it."""
+        was_open = self.trace.summary is None
+        self.trace.advance(done)
+        if was_open and self.trace.summary is not None:
+            self.steps.restart()
 
     def _copied(self, seconds: float, blocking: bool) -> None:
         """A host-to-device copy in this step; the run's copies are non-blocking only if every one is."""

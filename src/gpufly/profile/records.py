@@ -263,9 +263,15 @@ class ProfileData:
 
     @property
     def measured(self) -> list[StepRecord]:
-        """The steps after warm-up (all of them when the run was too short to drop any)."""
+        """The steps after warm-up; when the run had no more steps than the warm-up, its second half (the first
+        steps, compilation and allocation included, would otherwise set every figure: ``short_of_warmup`` says so)."""
         kept = [s for s in self.steps if not s.warmup]
-        return kept or list(self.steps)
+        return kept or list(self.steps[len(self.steps) // 2:])
+
+    @property
+    def short_of_warmup(self) -> bool:
+        """Whether every step fell inside the warm-up, so that the figures come from the run's second half."""
+        return bool(self.steps) and all(s.warmup for s in self.steps)
 
     @property
     def detailed(self) -> list[StepRecord]:

@@ -69,14 +69,23 @@ def receipt(data: ProfileData) -> dict[str, Any]:
     }
 
 
+NOISY_SPREAD = 0.5
+"""A run whose steps' p10-p90 band is wider than half the median step is marked noisy: its median still stands,
+but a difference between two such runs smaller than the band says nothing."""
+
+
 def noise_floor(data: ProfileData) -> dict[str, Any] | None:
     """The spread of the measured steps (the noise any comparison must clear) and the machine's load."""
     noise = data.noise()
     if noise is None:
         return None
     conditions = data.conditions or Conditions()
+    noisy = noise.spread > NOISY_SPREAD
     return {"median_step_s": noise.median_s, "median_low_s": noise.median_low_s, "median_high_s": noise.median_high_s,
-            "p10_step_s": noise.p10_s, "p90_step_s": noise.p90_s, "spread": noise.spread,
+            "p10_step_s": noise.p10_s, "p90_step_s": noise.p90_s, "spread": noise.spread, "noisy": noisy,
+            "noisy_reason": (f"step times spread over {100 * noise.spread:.0f}% of the median (p10-p90), more than "
+                             f"{100 * NOISY_SPREAD:.0f}%: a comparison with another run needs a difference larger than "
+                             f"that, or a quieter machine and longer steps") if noisy else None,
             "load_average_start": conditions.load_average_start, "load_average_end": conditions.load_average_end,
             "cpu_count": conditions.cpu_count}
 
@@ -143,6 +152,8 @@ def summary(data: ProfileData, findings: list[Finding]) -> dict[str, Any]:
         "findings": [asdict(f) for f in findings],
         "crash": data.crash,
         "exit_code": data.exit_code,
+        "short_of_warmup": data.short_of_warmup,
+        "trace": asdict(data.trace) if data.trace is not None else None,
     }
 
 
@@ -165,6 +176,18 @@ def receipt_lines(facts: dict[str, Any]) -> list[str]:
                     f"{noise['cpu_count']} CPUs")
         lines.append(f"noise floor: steps {_ms(noise['p10_step_s'])}-{_ms(noise['p90_step_s'])} (p10-p90, "
                      f"{100 * noise['spread']:.0f}% of the median){interval}{load}")
+        if noise.get("noisy"):
+            lines.append(f"noisy: {noise['noisy_reason']}")
+    if facts.get("short_of_warmup"):
+        lines.append(f"every one of the {r['steps']} steps fell inside the warm-up (--warmup): the figures come "
+                     f"from the run's second half ({r['measured_steps']} steps); a smaller --warmup or a longer run "
+                     "measures more")
+    trace = facts.get("trace")
+    if trace:
+        top = ", ".join(f"{name} {ms:.1f} ms x{calls}" for name, ms, calls in trace["top"][:3])
+        lines.append(f"torch.profiler window: {trace['steps']} steps over {trace['window_s']:.3f} s, left out of the "
+                     f"figures above (tracing slows them); {trace['kernels']} kernels or ops"
+                     + (f"; top: {top}" if top else ""))
     used = facts["energy"]
     if used["joules_per_sample"] is not None:
         lines.append(f"energy: {used['joules_per_sample']:.4g} J per sample ({used['mean_power_w']:.0f} W mean over "

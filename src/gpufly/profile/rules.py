@@ -63,7 +63,11 @@ class Finding:
     change: str
     gain: str | None = None
     weight: float = 0.0
-    """How much of the step it explains (0..1): findings are ordered by it, largest first."""
+    """Where the finding ranks (0..1): findings are ordered by it, largest first. For some rules the measured share
+    of the step, for others a priority."""
+    explains: float | None = None
+    """The measured share of the step the finding explains (0..1), where one was measured: what a bound on its gain,
+    1 / (1 - explains), rests on. None where ``weight`` is only a priority."""
 
 
 Rule = Callable[[ProfileData, Thresholds], Finding | None]
@@ -94,7 +98,7 @@ def input_bound(data: ProfileData, t: Thresholds) -> Finding | None:
         "while the loop waits, the device does nothing; no compute optimization helps until the input keeps up",
         "; ".join(changes),
         f"up to {1 / (1 - share):.1f}x if loading fully overlaps compute" if share < 0.99 else None,
-        share,
+        share, explains=share,
     )
 
 
@@ -159,7 +163,7 @@ def sync_points(data: ProfileData, t: Thresholds) -> Finding | None:
         "keep losses and metrics as tensors and call .item() every N steps (or accumulate with "
         "loss.detach() and read once per log interval); drop print(tensor) and .cpu() from the step"
         + (BOOL_SYNC_ADVICE if "bool(tensor)" in data.sync_calls else ""),
-        gain, 0.1 if not on_gpu else max(0.3, stalled),
+        gain, 0.1 if not on_gpu else max(0.3, stalled), explains=stalled if on_gpu else None,
     )
 
 
@@ -284,7 +288,7 @@ def blocking_copies(data: ProfileData, t: Thresholds) -> Finding | None:
         f"non_blocking={s.non_blocking_copies})",
         "a copy from pageable memory blocks the CPU and cannot overlap with compute",
         "DataLoader(pin_memory=True) and batch.to(device, non_blocking=True)",
-        f"up to {_pct(share)} of step time", share,
+        f"up to {_pct(share)} of step time", share, explains=share,
     )
 
 

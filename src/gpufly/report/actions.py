@@ -92,11 +92,13 @@ def tune_actions(tune: TuneSummary | None) -> list[Action]:
 
 
 def profile_actions(profile: dict[str, Any] | None) -> list[Action]:
-    """Each profile finding; its bound is 1 / (1 - the share of the step it explains)."""
+    """Each profile finding; its bound is 1 / (1 - the measured share of the step it explains), and unknown where
+    none was measured (a rule's weight is only its rank: a CPU run's .item() calls would otherwise claim 1.11x)."""
     if profile is None:
         return []
     return [Action(finding["title"], finding["change"], finding["seen"], BOUND,
-                   1.0 / (1.0 - finding["weight"]) if 0 < finding["weight"] < 1 else None, "profile")
+                   1.0 / (1.0 - share) if (share := finding.get("explains")) is not None and 0 < share < 1 else None,
+                   "profile")
             for finding in profile["findings"]]
 
 
