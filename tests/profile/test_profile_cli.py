@@ -272,3 +272,11 @@ def test_a_wide_spread_of_step_times_is_marked_noisy_with_its_reason() -> None:
     assert steady is not None and jumpy is not None
     assert steady["noisy"] is False and steady["noisy_reason"] is None
     assert jumpy["spread"] > NOISY_SPREAD and jumpy["noisy"] is True and "of the median" in jumpy["noisy_reason"]
+
+
+def test_a_script_with_a_syntax_error_is_one_error_before_anything_runs(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    broken = tmp_path / "broken.py"
+    broken.write_text("print('ran')\ndef main(:\n    pass\n")
+    result = cli("profile", str(broken))
+    assert result.code == 2 and "Traceback" not in result.stderr and "ran" not in result.stdout
+    assert "has a syntax error: " in result.stderr and "(line 2)" in result.stderr and "hint:" in result.stderr

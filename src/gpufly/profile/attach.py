@@ -67,9 +67,16 @@ def resolve(target: str) -> tuple[str, Callable[[], Any]]:
         raise GpuflyError(f"{target} is not a regular file (a folder, device, pipe or socket)", hint)
     try:  # before running anything: /proc/self/mem is "regular" but cannot be read
         with path.open("rb") as handle:
-            handle.read(1)
+            source = handle.read()
     except OSError as exc:
         raise GpuflyError(f"cannot read {target}: {exc.strerror or exc}", hint) from None
+    try:  # a script that cannot even be compiled is one error line, as `fit` and `tune` say it, not a traceback
+        compile(source, str(path), "exec")
+    except SyntaxError as exc:
+        raise GpuflyError(f"{target} has a syntax error: {exc.msg} (line {exc.lineno})",
+                          f"fix the code there; `python -m py_compile {target}` shows it") from None
+    except ValueError as exc:  # null bytes: not Python source
+        raise GpuflyError(f"{target} is not Python source ({exc})", hint) from None
     return str(path), lambda: runpy.run_path(str(path), run_name="__main__")
 
 
