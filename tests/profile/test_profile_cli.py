@@ -73,7 +73,9 @@ def test_a_syntax_error_in_an_entry_points_file_is_one_line_naming_the_place(cli
 @pytest.mark.parametrize(("text", "message"), [
     ("{not json", "is not valid JSON"),
     ('{"schema_version": 1, "steps": "x"}', 'steps must be a list, got "x"'),
-    ('{"steps": []}', "is not a gpufly profile (schema_version 1)"),
+    ('{"steps": []}', "is a profile of schema_version None; this gpufly reads 1"),
+    ('{"schema_version": 2, "kind": "gpufly.bench", "results": []}', "is not a gpufly profile: it is a gpufly.bench "
+                                                                     "file"),
 ])
 def test_a_bad_profile_file_is_one_line_in_the_report(cli, tmp_path: Path, text: str, message: str) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "profile.json"

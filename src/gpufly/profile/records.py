@@ -323,6 +323,11 @@ def load_profile(path: str | Path) -> ProfileData:
     """
     hint = "write one with `gpufly profile train.py --save profile.json`"
     data = read_json(Path(path), f"no profile file at {path}", hint)
-    if not isinstance(data, dict) or "steps" not in data or data.get("schema_version") != SCHEMA_VERSION:
-        raise GpuflyError(f"{path} is not a gpufly profile (schema_version {SCHEMA_VERSION})", hint)
+    if not isinstance(data, dict) or "steps" not in data:
+        what = (f"a {data['kind']} file" if isinstance(data, dict) and isinstance(data.get("kind"), str)
+                else "JSON without a profile's steps")
+        raise GpuflyError(f"{path} is not a gpufly profile: it is {what}", hint)
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise GpuflyError(f"{path} is a profile of schema_version {data.get('schema_version')!r}; this gpufly reads "
+                          f"{SCHEMA_VERSION}", hint)
     return ProfileData.from_dict(data, str(path), hint)
