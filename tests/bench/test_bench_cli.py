@@ -42,11 +42,11 @@ def test_compare_prints_both_runs_side_by_side(invoke) -> None:
 def test_compare_json_has_a_stable_shape(invoke) -> None:
     result = invoke("--compare", str(ONE), str(TWO), "--json")
     data = json.loads(result.output)
-    assert data["schema_version"] == bench_cli.SCHEMA_VERSION == 2
+    assert data["schema_version"] == bench_cli.SCHEMA_VERSION == 3
     assert data["a"]["file"] == str(ONE) and data["b"]["device"]["cpu_threads"] == 2
     row = next(r for r in data["rows"] if r["name"] == "memory.copy")
     assert set(row) == {"name", "metric", "unit", "a", "b", "ratio_b_over_a", "b_speedup", "higher_is_better",
-                        "a_interval", "b_interval", "verdict", "note"}
+                        "a_interval", "b_interval", "b_speedup_range", "sweep_spread", "verdict", "note"}
     assert row["ratio_b_over_a"] == pytest.approx(row["b"] / row["a"])
     assert row["verdict"] == "no interval" and row["a_interval"] is None
 
@@ -114,6 +114,14 @@ def test_errors_through_python_m_gpufly(cli, tmp_path: Path) -> None:
     assert missing.code == 2 and "error: cannot read" in missing.stderr and "Traceback" not in missing.stderr
     unknown = cli("bench", "--only", "atention")
     assert unknown.code == 2 and "did you mean attention" in unknown.stderr
+
+
+def test_a_typo_in_a_benchmark_name_is_one_error_before_anything_is_measured(cli) -> None:
+    result = cli("bench", "--device", "cpu", "--quick", "--only", "gemm.fp33")
+    assert result.code == 2 and result.stdout == "" and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines == ["error: --only gemm.fp33: no such benchmark on this device",
+                     "hint: did you mean gemm.fp32, gemm.fp8, gemm.fp16?"], lines
 
 
 def test_an_unwritable_save_path_is_one_error_with_a_hint_before_anything_is_measured(cli, tmp_path: Path) -> None:

@@ -49,7 +49,8 @@ def test_different_sizes_are_pointed_out(runs) -> None:
     base = one.result("gemm.fp32")
     other = dataclasses.replace(base, params={**base.params, "shape": "n=99"})
     row = next(r for r in compare_runs(one, dataclasses.replace(one, results=[other])).rows if r.name == "gemm.fp32")
-    assert row.note == f"sizes differ: shape {base.params['shape']} vs n=99"
+    assert row.note == f"not comparable: sizes differ: shape {base.params['shape']} vs n=99"
+    assert row.verdict == "not comparable"
 
 
 def _with_interval(run, name: str, value: float, low: float, high: float, *, noisy: bool = False):
@@ -91,3 +92,47 @@ def test_other_busy_processes_during_a_steady_figure_are_noted(runs) -> None:
                                conditions={"end": {"busy_processes": [{"pid": 9, "name": "make", "cpu_percent": 40}]}})
     row = compare_runs(one, dataclasses.replace(one, results=[busy])).rows[0]
     assert row.note == "other processes busy during b"
+
+
+def _swept(run, name: str, value: float, low: float, high: float, sweep: dict[int, float]):
+    """``name`` as a swept figure: measured at the sweep's best size, with the sweep's rate at each size."""
+    base = run.result(name)
+    best = max(sweep, key=sweep.__getitem__)
+    points = [{"size": size, "median_s": 1.0, "value": rate} for size, rate in sorted(sweep.items())]
+    result = dataclasses.replace(base, value=value, value_low=low, value_high=high,
+                                 params={**base.params, "shape": f"n={best}", "sweep": points})
+    return dataclasses.replace(run, results=[result])
+
+
+def test_figures_from_different_best_sizes_are_not_comparable(runs) -> None:
+    one, _ = runs
+    a = _swept(one, "gemm.int8", 2.18e12, 2.15e12, 2.2e12, {1024: 1.5e12, 2048: 2.0e12, 3072: 2.3e12})
+    b = _swept(one, "gemm.int8", 3.88e12, 3.8e12, 3.9e12, {1024: 2.5e12, 2048: 3.9e12, 3072: 3.7e12})
+    row = compare_runs(a, b).rows[0]
+    assert row.verdict == "not comparable" and row.to_dict()["verdict"] == "not comparable"
+    assert row.note == "not comparable: best sizes differ (3072 vs 2048)"
+    assert row.b_speedup == pytest.approx(3.88 / 2.18)
+
+
+def test_a_difference_no_larger_than_the_sweeps_own_spread_is_not_a_speedup(runs) -> None:
+    one, _ = runs
+    # a's sweep measured 2.9 at n=2048 where its figure is 2.2: one measurement of a size moves 32% from the next
+    a = _swept(one, "gemm.int8", 2.2e12, 2.15e12, 2.25e12, {1024: 1.5e12, 2048: 2.9e12})
+    b = _swept(one, "gemm.int8", 2.8e12, 2.75e12, 2.85e12, {1024: 1.6e12, 2048: 2.85e12})
+    row = compare_runs(a, b).rows[0]
+    assert row.sweep_spread == pytest.approx(2.9 / 2.2 - 1)
+    assert row.verdict == "within the sweep's spread"
+    assert row.note == "within the sweep's spread: a sweep and its figure at the same size differ by up to 32%"
+    beyond = _swept(one, "gemm.int8", 4.0e12, 3.9e12, 4.1e12, {1024: 1.6e12, 2048: 4.1e12})
+    assert compare_runs(a, beyond).rows[0].verdict == "faster"
+
+
+def test_the_speedup_range_follows_from_both_intervals(runs) -> None:
+    one, _ = runs
+    row = compare_runs(_with_interval(one, "gemm.fp32", 100.0, 98.0, 102.0),
+                       _with_interval(one, "gemm.fp32", 120.0, 118.0, 123.0)).rows[0]
+    assert row.speedup_range == pytest.approx((118 / 102, 123 / 98))
+    assert row.to_dict()["b_speedup_range"] == pytest.approx([118 / 102, 123 / 98])
+    latency = compare_runs(_with_interval(one, "launch.op_dispatch", 4e-6, 3.9e-6, 4.1e-6),
+                           _with_interval(one, "launch.op_dispatch", 2e-6, 1.9e-6, 2.1e-6)).rows[0]
+    assert latency.speedup_range == pytest.approx((3.9 / 2.1, 4.1 / 1.9))

@@ -104,7 +104,7 @@ def test_compare_fits_80_columns_without_breaking_a_name_mid_word() -> None:
     assert "…" not in text
     rule = next(i for i, line in enumerate(lines) if "───" in line)
     rows = lines[rule + 1:next(i for i, line in enumerate(lines) if i > rule and not line.strip())]
-    pieces = [line[:22].strip() for line in rows]
+    pieces = [line[:22].strip() for line in rows if line[:22].strip()]
     assert "".join(pieces) == "".join(LONG)
     assert pieces == ["llm.fp32.decode.m16.", "k4096.n14336", "attention.fp32.s2048", "threads.gemm.fp32.t2"]
     row = next(line for line in lines if "threads.gemm.fp32.t2" in line)
@@ -112,6 +112,25 @@ def test_compare_fits_80_columns_without_breaking_a_name_mid_word() -> None:
     row = next(line for line in lines if "attention.fp32.s2048" in line)
     assert "1.30x" in row and "noisy" in row and "[1]" in row
     assert "[1] attention.fp32.s2048: noisy in b" in text
+    below = lines[lines.index(row) + 1]
+    assert "98.0-102" in below and "126-133" in below and "1.24-1.36" in below
+
+
+def test_compare_shows_why_a_difference_is_not_a_speedup_within_80_columns() -> None:
+    a = _figure("gemm.int8", 2.18e12, 2.15e12, 2.2e12, unit="OP/s", metric="ops_per_s")
+    b = _figure("gemm.int8", 3.88e12, 3.8e12, 3.9e12, unit="OP/s", metric="ops_per_s")
+    a.params.update(shape="n=3072", sweep=[{"size": 2048, "median_s": 1, "value": 2e12},
+                                           {"size": 3072, "median_s": 1, "value": 2.2e12}])
+    b.params.update(shape="n=2048", sweep=[{"size": 2048, "median_s": 1, "value": 3.9e12},
+                                           {"size": 3072, "median_s": 1, "value": 3.7e12}])
+    text = _at(80, render_comparison, compare_runs(BenchRun(CPU, "a", results=[a]), BenchRun(CPU, "b", results=[b])))
+    lines = text.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80 and "…" not in text
+    row = next(i for i, line in enumerate(lines) if "gemm.int8" in line)
+    assert "2.18" in lines[row] and "3.88" in lines[row] and "1.78x" in lines[row] and "faster" not in lines[row]
+    assert "2.15-2.20" in lines[row + 1] and "3.80-3.90" in lines[row + 1] and "1.73-1.81" in lines[row + 1]
+    assert "not" in lines[row] and "comparable" in " ".join(lines[row:row + 2])
+    assert "[1] gemm.int8: not comparable: best sizes differ (3072 vs 2048)" in text
 
 
 def test_names_wrap_after_dots() -> None:

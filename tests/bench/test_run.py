@@ -10,7 +10,7 @@ import pytest
 from gpufly.bench.benchmark import Benchmark, Kernel, Unsupported
 from gpufly.bench.cpu import thread_counts
 from gpufly.bench.results import load_run
-from gpufly.bench.run import annotate, parse_device, parse_only, run_benchmarks, select
+from gpufly.bench.run import annotate, check_names, parse_device, parse_only, run_benchmarks, select
 from gpufly.errors import GpuflyError
 from tests.bench.fakes import FakeDevice, FakeHost, slow_benchmark
 
@@ -141,3 +141,62 @@ def test_thread_counts() -> None:
     assert thread_counts(1) == [1]
     assert thread_counts(2) == [1, 2]
     assert thread_counts(16) == [1, 2, 4, 8, 16]
+
+
+class _PhasedKernel:
+    """A kernel on the fake clock: its first ``sweep_calls`` calls (the sweep) take ``sweep_s`` each, every later
+    call the next of ``final_s`` per attempt (the last again once they run out); ``per_attempt`` calls each."""
+
+    def __init__(self, clock, sweep_calls: int, sweep_s: float, final_s: list[float], per_attempt: int) -> None:
+        self.clock, self.sweep_calls, self.sweep_s = clock, sweep_calls, sweep_s
+        self.final_s, self.per_attempt, self.calls = final_s, per_attempt, 0
+
+    def __call__(self) -> None:
+        later = self.calls - self.sweep_calls
+        seconds = self.sweep_s if later < 0 else self.final_s[min(later // self.per_attempt, len(self.final_s) - 1)]
+        self.clock.advance(seconds)
+        self.calls += 1
+
+
+def _swept(device: FakeDevice, final_s: list[float]) -> Benchmark:
+    """gemm.fp32 swept at one size (n=512, 4e9 FLOP a call): the sweep sees 0.01 s a call (400 GFLOP/s)."""
+    warmup, repeats, sweep_repeats = 2, 5, 3
+
+    def build(n: int) -> Kernel:
+        kernel = _PhasedKernel(device.clock, warmup + sweep_repeats, 0.01, final_s, warmup + repeats)
+        return Kernel(kernel, 4e9, {"shape": f"n={n}"})
+
+    return Benchmark("gemm.fp32", "gemm", "flops_per_s", build, warmup=warmup, repeats=repeats, sizes=(512,),
+                     sweep_repeats=sweep_repeats)
+
+
+def test_a_figure_far_from_its_own_sweep_is_measured_again_then_marked_noisy_with_the_sweeps_figure() -> None:
+    device = FakeDevice()
+    run = run_benchmarks(device, [_swept(device, [0.12])], host=FakeHost())
+    figure = run.results[0]
+    assert figure.value == pytest.approx(4e9 / 0.12) and figure.attempts == 3 and figure.noisy
+    assert figure.noise.startswith("the sweep measured 400 GFLOP/s at this size, 12x this figure, after 3 attempts")
+    assert figure.to_dict()["noise"] == figure.noise
+
+
+def test_a_figure_that_agrees_with_its_sweep_once_measured_again_is_not_noisy() -> None:
+    device = FakeDevice()
+    figure = run_benchmarks(device, [_swept(device, [0.12, 0.011])], host=FakeHost()).results[0]
+    assert figure.value == pytest.approx(4e9 / 0.011) and figure.attempts == 2 and not figure.noisy
+
+
+def test_a_figure_within_the_agreement_factor_is_measured_once() -> None:
+    device = FakeDevice()
+    figure = run_benchmarks(device, [_swept(device, [0.014])], host=FakeHost()).results[0]
+    assert figure.attempts == 1 and not figure.noisy
+
+
+def test_a_typo_in_a_benchmark_name_is_refused_with_the_closest_names() -> None:
+    device = FakeDevice()
+    plan = [slow_benchmark(device, name, 0.01, 1, group=name.split(".")[0])
+            for name in ("gemm.fp32", "gemm.fp16", "memory.copy", "llm.fp32.decode.m1.k4096.n4096")]
+    with pytest.raises(GpuflyError, match=r"gemm\.fp33") as raised:
+        check_names(plan, ("gemm", "memory", "llm"), ["gemm.fp33"])
+    assert raised.value.hint.startswith("did you mean gemm.fp32")
+    for fine in (["gemm", "gemm.fp32"], ["llm.fp32.decode"], ["transfer.h2d"], ["threads"]):
+        check_names(plan, ("gemm", "memory", "llm"), fine)

@@ -35,6 +35,9 @@ class Measured:
     timing: Timing
     attempts: tuple[Timing, ...]
     noisy: bool
+    disagrees: str | None = None
+    """Why the kept timing is not trusted though narrow enough: what ``check`` said of it (e.g. the sweep
+    measured a very different figure at the same size); None when it agreed or nothing was checked."""
 
 
 def too_wide(timing: Timing, limit: float = NOISE_LIMIT) -> bool:
@@ -44,22 +47,27 @@ def too_wide(timing: Timing, limit: float = NOISE_LIMIT) -> bool:
 
 
 def measure_until_stable(time_once: Callable[[], Timing], *, limit: float = NOISE_LIMIT,
-                         attempts: int = MAX_ATTEMPTS) -> Measured:
+                         attempts: int = MAX_ATTEMPTS,
+                         check: Callable[[Timing], str | None] | None = None) -> Measured:
     """Time with ``time_once`` until an attempt's interval is within ``limit``, at most ``attempts`` times.
 
     Each attempt is a whole fresh measurement (warm-up and repeats), so a burst of other work during one attempt
-    does not leak into the next; of several wide attempts, the narrowest is kept.
+    does not leak into the next; of several wide attempts, the narrowest is kept. ``check`` (optional) says why a
+    narrow attempt still cannot be trusted (None where it can): such an attempt is measured again too, within the
+    same ``attempts``; if every attempt fails, one that passed ``check`` is preferred, then the narrowest, and the
+    figure is noisy with ``disagrees`` set when the kept attempt failed ``check``.
     """
     if attempts < 1:
         raise ValueError("attempts must be at least 1")
-    tried: list[Timing] = []
+    tried: list[tuple[Timing, str | None]] = []
     for _ in range(attempts):
         timing = time_once()
-        tried.append(timing)
-        if not too_wide(timing, limit):
-            return Measured(timing, tuple(tried), noisy=False)
-    kept = min(tried, key=lambda t: t.relative_width if t.relative_width is not None else 0.0)
-    return Measured(kept, tuple(tried), noisy=True)
+        disagrees = check(timing) if check is not None else None
+        tried.append((timing, disagrees))
+        if not too_wide(timing, limit) and disagrees is None:
+            return Measured(timing, tuple(t for t, _ in tried), noisy=False)
+    kept, why = min(tried, key=lambda pair: (pair[1] is not None, pair[0].relative_width or 0.0))
+    return Measured(kept, tuple(t for t, _ in tried), noisy=True, disagrees=why)
 
 
 def _moved(name: str, start: dict[str, Any], end: dict[str, Any], key: str) -> str | None:
@@ -105,8 +113,9 @@ def noise_reason(measured: Measured, start: dict[str, Any], end: dict[str, Any],
     """
     width = measured.timing.relative_width or 0.0
     count = len(measured.attempts)
-    head = (f"interval {width:.1%} of the median after {count} attempt{'s' if count > 1 else ''} "
-            f"(limit {limit:.0%})")
+    after = f"after {count} attempt{'s' if count > 1 else ''}"
+    head = (f"{measured.disagrees}, {after}" if measured.disagrees is not None
+            else f"interval {width:.1%} of the median {after} (limit {limit:.0%})")
     seen = causes(start, end)
     if not any("pid" in cause or "GPU" in cause or "clock" in cause for cause in seen):
         seen.append("no other busy process seen")

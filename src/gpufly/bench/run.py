@@ -4,6 +4,7 @@ the results are written as they come, so an interrupted run keeps what it measur
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -15,7 +16,7 @@ from gpufly.bench.conditions import HostProbe, HostWatch
 from gpufly.bench.noise import MAX_ATTEMPTS, NOISE_LIMIT, measure_until_stable, noise_reason
 from gpufly.bench.peaks import peak_for, percent_of_peak
 from gpufly.bench.results import BenchError, BenchResult, BenchRun, DeviceFacts
-from gpufly.bench.sweep import sweep_sizes
+from gpufly.bench.sweep import SweepPoint, sweep_sizes
 from gpufly.bench.timing import Timing
 from gpufly.catalog import GpuSpec
 from gpufly.errors import GpuflyError, unknown_choice
@@ -23,6 +24,12 @@ from gpufly.extras import require
 
 GROUPS = ("gemm", "llm", "memory", "transfer", "launch", "attention", "threads")
 """Every benchmark group, on some device; a device runs those in its own ``groups``."""
+
+SWEEP_AGREEMENT = 1.5
+"""How far (a factor, either way) the final figure may lie from what the sweep measured at the same size before
+it is measured again and, if that persists, marked noisy: a sweep's few repeats are rougher than the final
+measurement, but not by this much; a larger gap means the machine changed between the two (other work started
+or stopped) and neither figure can be trusted as the ceiling."""
 
 WORK_FIELDS = {"flops_per_s": "flop_per_call", "ops_per_s": "op_per_call", "bytes_per_s": "bytes_per_call"}
 
@@ -95,6 +102,26 @@ def parse_only(only: str | None) -> list[str]:
     return names
 
 
+def check_names(plan: Sequence[Benchmark], device_groups: Sequence[str], only: Sequence[str]) -> None:
+    """Refuse, before anything is measured, a dotted --only name (gemm.fp33) of a group this device runs that
+    names none of its benchmarks: one error with the closest names as the hint. A whole group, or a name of a
+    group this device does not run, is left to ``select`` (recorded as not measured, with why)."""
+    names = sorted({b.name for b in plan} | {".".join(b.name.split(".")[:depth]) for b in plan
+                                             for depth in range(2, b.name.count(".") + 1)})
+    for name in only:
+        if "." not in name or name.split(".")[0] not in device_groups:
+            continue
+        if any(b.name == name or b.name.startswith(name + ".") for b in plan):
+            continue
+        group = name.split(".")[0]
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+        in_group = [n for n in names if n.split(".")[0] == group]
+        hint = (f"did you mean {', '.join(close)}?" if close
+                else f"the {group} benchmarks here: {', '.join(in_group[:8])}" if in_group
+                else f"groups: {', '.join(device_groups)}")
+        raise GpuflyError(f"--only {name}: no such benchmark on this device", hint=hint)
+
+
 def select(plan: Sequence[Benchmark], device_groups: Sequence[str], only: Sequence[str]) -> tuple[
         list[Benchmark], list[BenchError]]:
     """The benchmarks --only asks for, and an error entry for each name this device cannot run."""
@@ -117,17 +144,55 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _kernel(device: Device, benchmark: Benchmark) -> Kernel:
-    """The kernel to measure: built once, or the best size of a sweep (bench/sweep.py) with the sweep recorded."""
+def _kernel(device: Device, benchmark: Benchmark) -> tuple[Kernel, SweepPoint | None]:
+    """The kernel to measure: built once, or the best size of a sweep (bench/sweep.py) with the sweep recorded,
+    and the sweep's point at that size."""
     if not benchmark.sizes:
-        return benchmark.build()
+        return benchmark.build(), None
     probe = dataclasses.replace(benchmark, repeats=benchmark.sweep_repeats, warmup=min(benchmark.warmup, 2))
     kernel, points = sweep_sizes(benchmark.build, benchmark.sizes, lambda k: device.time(probe, k),
                                  max_call_s=benchmark.max_call_s)
     kernel.params["sweep"] = [point.to_dict() for point in points]
     kernel.params["sizing"] = (f"best median of {len(points)} sizes ({points[0].size}-{points[-1].size}, "
                                f"{benchmark.sweep_repeats} repeats each), measured again at that size")
-    return kernel
+    return kernel, max(points, key=lambda point: point.value)
+
+
+def _si(value: float, unit: str) -> str:
+    """A figure with an SI prefix, for a reason's text: '398 GFLOP/s', '1.2 TOP/s'."""
+    for prefix, factor in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def sweep_check(benchmark: Benchmark, kernel: Kernel, point: SweepPoint | None,
+                factor: float = SWEEP_AGREEMENT) -> Callable[[Timing], str | None] | None:
+    """Why a final timing disagrees with the sweep's own measurement at the same size (more than ``factor``
+    either way), or None where it agrees; no check without a sweep.
+
+    >>> from gpufly.bench.sweep import SweepPoint
+    >>> bench = Benchmark("gemm.fp32", "gemm", "flops_per_s", lambda n: None)
+    >>> check = sweep_check(bench, Kernel(lambda: None, 2e9), SweepPoint(512, 2e9 / 398e9, 398e9))
+    >>> from gpufly.bench.timing import summarize
+    >>> check(summarize([2e9 / 33.6e9] * 5, warmup=0))
+    'the sweep measured 398 GFLOP/s at this size, 11.8x this figure'
+    >>> check(summarize([2e9 / 380e9] * 5, warmup=0)) is None
+    True
+    """
+    if point is None or point.value <= 0:
+        return None
+
+    def check(timing: Timing) -> str | None:
+        if timing.median_s <= 0:
+            return None
+        value = benchmark.value(kernel.work, timing.median_s)
+        ratio = point.value / value
+        if 1 / factor <= ratio <= factor:
+            return None
+        return f"the sweep measured {_si(point.value, benchmark.unit)} at this size, {ratio:.3g}x this figure"
+
+    return check
 
 
 def measure_one(device: Device, benchmark: Benchmark, host: HostProbe | None = None, *,
@@ -136,9 +201,9 @@ def measure_one(device: Device, benchmark: Benchmark, host: HostProbe | None = N
     the conditions at its start and end; exceptions propagate to the caller."""
     with benchmark.settings():
         start = {**(host.start() if host else {}), **device.conditions()}
-        kernel = _kernel(device, benchmark)
+        kernel, point = _kernel(device, benchmark)
         measured = measure_until_stable(lambda: device.time(benchmark, kernel), limit=noise_limit,
-                                        attempts=max_attempts)
+                                        attempts=max_attempts, check=sweep_check(benchmark, kernel, point))
         end = {**(host.end() if host else {}), **device.conditions()}
     timing = measured.timing
     value = benchmark.value(kernel.work, timing.median_s)

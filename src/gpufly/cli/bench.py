@@ -19,9 +19,11 @@ from gpufly.errors import GpuflyError
 
 if TYPE_CHECKING:
     from gpufly.bench import BenchError, Benchmark, BenchResult, BenchRun, Comparison
+    from gpufly.bench.compare import Row
 
-SCHEMA_VERSION = 2
-"""Of the `--compare --json` output (2 added each row's intervals and verdict); a run's own shape is
+SCHEMA_VERSION = 3
+"""Of the `--compare --json` output (2 added each row's intervals and verdict; 3 added b_speedup_range,
+sweep_spread and the verdicts "not comparable" and "within the sweep's spread"); a run's own shape is
 gpufly.bench.results.SCHEMA_VERSION."""
 
 NAME_WIDTH = 20
@@ -163,35 +165,61 @@ def format_times(factor: float | None) -> str:
     return f"{factor:.{digits}f}x"
 
 
+def _bound(shown: float) -> str:
+    """An interval's bound, short enough for two to sit under a figure: '398', '33.5', '4.70' (no commas)."""
+    digits = 0 if abs(shown) >= 99.95 else 1 if abs(shown) >= 9.995 else 2
+    return f"{shown:.{digits}f}"
+
+
+def _with_interval(value: float | None, interval: tuple[float, float] | None, factor: float) -> str:
+    """A compared figure, with its interval on the line below: '33.6\n33.5-33.8'."""
+    if value is None:
+        return MISSING
+    shown = _number(value / factor)
+    if interval is None:
+        return shown
+    return f"{shown}\n{_bound(interval[0] / factor)}-{_bound(interval[1] / factor)}"
+
+
+def _speedup_cell(row: Row) -> str:
+    """b's speed-up over a, with the range the two intervals allow below it: '4.77x\n4.70-4.85'."""
+    shown = format_times(row.b_speedup)
+    span = row.speedup_range if row.b_speedup is not None else None
+    return f"{shown}\n{_bound(span[0])}-{_bound(span[1])}" if span else shown
+
+
 def render_comparison(comparison: Comparison, out: Console) -> None:
-    """Each figure in both runs, b's speed-up over a, and whether the difference is beyond noise (the two
-    intervals do not overlap) or within it. Fits 80 columns: names wrap after a dot, the unit has its own
-    column, and notes are numbered under the table."""
+    """Each figure in both runs with its interval below it, b's speed-up over a with the range the intervals
+    allow, and whether the difference is beyond noise (the two intervals do not overlap, the sizes match, and
+    it is larger than the sweeps' own spread) or not. Fits 80 columns: names wrap after a dot, the unit has its
+    own column, the verdict wraps, and notes are numbered under the table."""
     out.print(f"a: {comparison.a_label}: {comparison.a_device.summary}", markup=False)
     out.print(f"b: {comparison.b_label}: {comparison.b_device.summary}", markup=False)
-    table = Table(box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    table = Table(box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False, collapse_padding=True)
     table.add_column("benchmark", no_wrap=True, overflow="fold")
     table.add_column("unit", no_wrap=True)
     for column in ("a", "b", "b vs a"):
         table.add_column(column, justify="right", no_wrap=True)
-    table.add_column("verdict", no_wrap=True)
+    table.add_column("verdict", min_width=6, overflow="fold")
     table.add_column("note", justify="right", no_wrap=True)
     notes: list[str] = []
     for row in comparison.rows:
         known = row.a if row.a is not None else row.b
         name, factor = scale_for(known, row.unit) if known is not None else (row.unit, 1.0)
-        speedup = format_times(row.b_speedup)
         if row.note:
             notes.append(f"{row.name}: {row.note}")
-        table.add_row(wrap_name(row.name), name, *(_number(v / factor) if v is not None else MISSING
-                                                   for v in (row.a, row.b)),
-                      speedup, row.verdict or MISSING, escape(f"[{len(notes)}]") if row.note else "")
+        table.add_row(wrap_name(row.name), name, _with_interval(row.a, row.a_interval, factor),
+                      _with_interval(row.b, row.b_interval, factor), _speedup_cell(row), row.verdict or MISSING,
+                      escape(f"[{len(notes)}]") if row.note else "")
     out.print(table)
     for number, note in enumerate(notes, start=1):
         out.print(f"  [{number}] {note}", markup=False)
-    out.print("b vs a: how many times faster b is (for a latency, a's time over b's); verdict: faster or slower "
-              "when the two figures' ~95% intervals do not overlap, else within noise; no interval: a run saved "
-              "before gpufly measured intervals")
+    out.print("a, b: each figure with its ~95% interval below it; b vs a: how many times faster b is (for a "
+              "latency, a's time over b's), with the range the two intervals allow below it; verdict: faster or "
+              "slower when the two intervals do not overlap, else within noise; not comparable: the figures were "
+              "measured at different sizes; within the sweep's spread: the difference is no larger than a GEMM "
+              "sweep's own measurement at that size differs from its figure; no interval: a run saved before "
+              "gpufly measured intervals")
 
 
 @contextmanager
@@ -266,12 +294,15 @@ def bench(
         _compare(compare, json_out)
         return
     from gpufly.bench import open_device, parse_only, run_benchmarks, select
+    from gpufly.bench.run import check_names
 
     if save is not None:  # before measuring: a typo in the path must not cost the run
         check_writable("--save", save, "bench.json")
     wanted = parse_only(only)
     target = open_device(device)
-    chosen, skipped = select(target.plan(quick=quick), target.groups, wanted)
+    plan = target.plan(quick=quick)
+    check_names(plan, target.groups, wanted)  # a typo is one error before measuring, not a row of the table
+    chosen, skipped = select(plan, target.groups, wanted)
     settings = {"device": target.label, "quick": quick, "only": wanted}
     try:
         with _progress(len(chosen)) as (on_start, on_done):
