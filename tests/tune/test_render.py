@@ -46,3 +46,20 @@ def test_the_page_records_the_device_the_steps_and_the_noise_floor() -> None:
             in html)
     assert "accuracy judged after 40 steps" in html and "Horizontal axis: throughput relative to the baseline" in html
     assert "conditions not recorded" in page("cnn", ROWS, None, "trials.jsonl")
+    unjudged = {**receipt, "accuracy": {"steps": 40, "loss_judged": False, "metric_judged": False}}
+    assert "accuracy not judged: after 40 steps two seeds" in unescape(page("cnn", ROWS, None, "t.jsonl", None,
+                                                                             unjudged))
+
+
+def test_the_page_records_versions_and_batch_and_says_which_trials_were_not_judged() -> None:
+    receipt = {"device": "cpu", "versions": {"torch": "2.5.1", "python": "3.11.7", "gpufly": "0.1.0"}, "steps": 40,
+               "batch_size": 256}
+    rows = [*ROWS, {**_row("batch_size=2048", "ok", 3.0), "role": "trial", "verdict": "unjudged",
+                    "unjudged": "seeds 10.1% apart", "dropped": "slower than the stage it built on (1.00x after "
+                                                               "3.00x)"}]
+    html = unescape(page("recsys", rows, None, "trials.jsonl", "No winner", receipt))
+    assert ("device cpu; torch 2.5.1; Python 3.11.7; gpufly 0.1.0; 40 steps per trial; batch 256 (the baseline's)"
+            in html)
+    assert ("unjudged: accuracy not judged, seeds 10.1% apart; not built on: slower than the stage it built on"
+            in html)
+    assert 'data-verdict="unjudged"' in html and 'data-verdict="safe"' in html and "unsafe: loss drifted" in html

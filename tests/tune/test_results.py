@@ -120,11 +120,13 @@ def test_a_trial_is_one_row_shape_and_a_stage_adds_its_fields() -> None:
     assert list(row) == ["configuration", "knobs", "status", "role", "throughput", "median_step_throughput", "unit",
                          "throughputs", "speedup", "speedup_interval", "rounds", "peak_memory_bytes", "loss_drift",
                          "eval_metric", "metric_drop", "world_size", "nodes", "error", "seconds", "energy_j",
-                         "joules_per_unit", "energy_note", "energy_cost_per_million", "time_cost_per_million"]
-    assert row["seconds"] == 1.23 and row["configuration"] == "amp=bf16"
+                         "joules_per_unit", "energy_note", "energy_cost_per_million", "time_cost_per_million",
+                         "verdict", "unjudged"]
+    assert row["seconds"] == 1.23 and row["configuration"] == "amp=bf16" and row["verdict"] == "safe"
     result.stage = "compute"
     staged = result.to_dict(price_per_hour=2.0)
     assert staged["stage"] == "compute" and staged["held_out_loss"] == 0.44
+    assert staged["kept"] is True and staged["dropped"] is None
     assert staged["samples_per_dollar"] == pytest.approx(1000.0 * 3600 / 2)
     assert result.to_dict()["samples_per_dollar"] is None, "no price, no samples per dollar"
 

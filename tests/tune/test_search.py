@@ -258,3 +258,68 @@ def test_each_result_is_reported_as_it_is_decided(tmp_path: Path) -> None:
     search.run()
     assert seen == ["baseline", "baseline (seed 1)", "a=True"]
     assert search.plan.expected_trials() == 2
+
+
+SLOWING = StagePlan((
+    Stage("naive", "baseline", {}),
+    Stage("+ batched", "data", {"batched": True}),
+    Stage("+ workers", "data", {"num_workers": 1}),
+    Stage("+ ddp", "communication", {"ddp": 2}),
+    Stage("+ fused", "compute", {"fused": True}),
+))
+
+
+def test_a_stage_slower_than_the_chain_beyond_the_noise_is_shown_and_not_built_on(tmp_path: Path) -> None:
+    from tests.tune.fakes import FakeMachine
+
+    machine = FakeMachine({"batched": 3.0, "num_workers": 0.45, "ddp": 0.8, "fused": 1.0}, noise=0.01)
+    search = Search(SLOWING, ResultsLog(tmp_path / "stages.jsonl"), machine)
+    search.run()
+    staged = {r.name: r for r in search.results if r.role == "trial"}
+    assert staged["+ workers"].knobs == {"batched": True, "num_workers": 1}
+    assert staged["+ ddp"].knobs == {"batched": True, "ddp": 2}, "built on the last stage kept, not the slower one"
+    assert staged["+ fused"].knobs == {"batched": True, "fused": True}, "DDP was slower too"
+    assert "slower than the stage it built on" in (staged["+ workers"].dropped or "")
+    assert staged["+ ddp"].dropped is not None and staged["+ batched"].dropped is None
+    assert staged["+ fused"].dropped is None, "as fast as the stage it built on, within the noise: kept"
+    rows = {r["configuration"]: r for r in (s.to_dict() for s in search.results)}
+    assert rows["+ workers"]["kept"] is False and rows["+ batched"]["kept"] is True
+
+
+def test_an_unsafe_stage_says_it_is_not_built_on(tmp_path: Path) -> None:
+    runner = FakeRunner({"batched": 2.0, "batch_size": 1.5, "num_workers": 1.2}, probe={"batch_size": 0.9})
+    search = Search(STAGES, ResultsLog(tmp_path / "stages.jsonl"), runner)
+    search.run()
+    unsafe = next(r for r in search.results if r.status == "unsafe")
+    assert unsafe.dropped == "unsafe" and unsafe.verdict == "unsafe"
+
+
+def test_stages_whose_accuracy_cannot_be_judged_are_unjudged_never_safe(tmp_path: Path) -> None:
+    """Two seeds of the baseline 10% apart: a stage that drifts 4% is not called unsafe, nor safe; the rows say
+    why, and the run names no winner."""
+    from tests.tune.fakes import FakeMachine
+
+    machine = FakeMachine({"batched": 2.0, "batch_size": 1.5, "num_workers": 1.2}, costs={"batch_size": 0.02},
+                          steps=40, seed_spread=2.0)
+    search = Search(STAGES, ResultsLog(tmp_path / "stages.jsonl"), machine)
+    assert search.run() is None
+    trials = [r for r in search.results if r.role == "trial"]
+    assert len(trials) == 3 and all(r.status == "ok" for r in trials), "every stage still runs and is shown"
+    assert [r.verdict for r in trials] == ["unjudged"] * 3
+    assert {r.unjudged for r in trials} == {"seeds 10.0% apart"}
+    assert trials[1].loss_drift == pytest.approx(0.04)
+    assert all(r.to_dict()["verdict"] == "unjudged" for r in trials)
+    assert search.decision().verdict == "undecided"
+    resumed = Search(STAGES, ResultsLog(tmp_path / "stages.jsonl"), machine)
+    resumed.run()
+    assert [r.verdict for r in resumed.results if r.role == "trial"] == ["unjudged"] * 3, "kept in the file"
+
+
+def test_a_judged_stage_is_safe_and_a_drifted_one_unsafe(tmp_path: Path) -> None:
+    from tests.tune.fakes import FakeMachine
+
+    machine = FakeMachine({"batched": 2.0, "batch_size": 1.5, "num_workers": 1.2}, costs={"batch_size": 0.02},
+                          steps=40, seed_spread=0.01)
+    search = Search(STAGES, ResultsLog(tmp_path / "stages.jsonl"), machine)
+    search.run()
+    assert [r.verdict for r in search.results] == ["baseline", "seed", "safe", "unsafe", "safe"]

@@ -319,7 +319,8 @@ def test_tune_says_when_the_steps_are_too_few_to_judge_accuracy(cli, tmp_path: P
     text = cli("tune", "cnn", "--results", str(tmp_path / "r.jsonl"), "--device", "cpu")
     out = " ".join(text.stdout.split())
     assert text.code == 0 and "no winner (undecided): too few steps to judge accuracy" in out
-    assert "accuracy: judged after 40 steps; two seeds of the baseline: probe loss 5.0% apart (too far to judge)" in out
+    assert "accuracy: not judged after 40 steps; two seeds of the baseline: probe loss 5.0% apart (too far to judge)"\
+        in out
 
 
 def _launch(cli: Any, *args: str) -> dict[str, Any]:
@@ -391,3 +392,101 @@ def test_launcher_mistakes_are_one_error_line(cli: Any, tmp_path: Path, args: li
     result = cli("tune", "cnn", *(arg.replace("{tmp}", str(tmp_path)) for arg in args))
     assert result.code == 2 and message in result.stderr and "hint:" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and not result.stdout
+
+
+@pytest.fixture
+def fake_stages(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """`gpufly tune recsys` (the case study's stages) on a fake machine whose results carry their batch, with a
+    fixed copy bandwidth in place of the measured one."""
+    import gpufly.bench
+    import gpufly.tune
+
+    monkeypatch.setattr(gpufly.bench, "copy_bandwidth", lambda *args: 1e10)
+
+    def use(speeds: dict[str, float], **machine: Any) -> None:
+        fake = FakeMachine(speeds, **machine)
+
+        def runner(trial: Any) -> Any:
+            result = fake(trial)
+            result.batch_size = int(trial.knobs.get("batch_size", 256))
+            return result
+
+        monkeypatch.setattr(gpufly.tune, "SubprocessRunner", lambda *args: runner)
+
+    return use
+
+
+STAGE_SPEEDS = {"batched": 1.2, "sparse": 8.0, "fused": 1.5, "optimizer_impl": 1.1, "batch_size": 2.0,
+                "num_workers": 0.45, "ddp": 0.75, "reference": 14.0}
+
+
+def test_recsys_stages_whose_accuracy_cannot_be_judged_are_unjudged_in_text_json_and_html(
+        cli: Any, tmp_path: Path, fake_stages: Callable[..., None]) -> None:
+    """Two seeds of the baseline 10.1% apart: no stage is called safe, a stage that drifts 4.2% included, and the
+    run names no winner; the text, the JSON and the page all say the accuracy was not judged, and why."""
+    fake_stages(STAGE_SPEEDS, costs={"batch_size": 0.021}, steps=40, seed_spread=2.02)
+    results, page = tmp_path / "r.jsonl", tmp_path / "page.html"
+    text = cli("tune", "recsys", "--steps", "40", "--results", str(results), "--html", str(page), "--device", "cpu")
+    assert text.code == 0, text.stderr
+    out = text.stdout
+    assert "probe loss 10.1% apart (too far to judge)" in " ".join(out.split())
+    assert "unjudged: accuracy not" in out and "seeds 10.1% apart" in out, "the verdict column may wrap"
+    assert not re.search(r"\bsafe\b(?!ty)", out.replace("best safe", "")), "no stage is called safe"
+    document = json.loads(cli("tune", "recsys", "--steps", "40", "--results", str(results), "--resume",
+                              "--device", "cpu", "--json").stdout)
+    stages = [r for r in document["trials"] if r["role"] == "trial"]
+    assert {r["verdict"] for r in stages} == {"unjudged"} and {r["unjudged"] for r in stages} == {"seeds 10.1% apart"}
+    assert document["decision"]["verdict"] == "undecided" and document["best"] is None
+    body = page.read_text()
+    assert "unjudged: accuracy not judged, seeds 10.1% apart" in body and 'data-verdict="safe"' not in body
+    assert 'data-verdict="unjudged"' in body and "grey: accuracy" in " ".join(body.split())
+
+
+def test_recsys_stages_slower_than_the_chain_are_not_built_on_and_say_so(
+        cli: Any, tmp_path: Path, fake_stages: Callable[..., None]) -> None:
+    fake_stages(STAGE_SPEEDS, noise=0.01, steps=160, seed_spread=0.01)
+    run = cli("tune", "recsys", "--results", str(tmp_path / "r.jsonl"), "--device", "cpu", "--json")
+    assert run.code == 0, run.stderr
+    rows = {r["configuration"]: r for r in json.loads(run.stdout)["trials"]}
+    workers, ddp = rows["+ 1 loader worker, persistent"], rows["+ DDP over 2 processes"]
+    assert workers["kept"] is False and workers["dropped"].startswith("slower than the stage it built on")
+    assert "num_workers" not in ddp["knobs"] and ddp["knobs"]["batch_size"] == 2048, "built on the last kept stage"
+    assert ddp["kept"] is False, "DDP at 0.75x is slower beyond the noise too"
+    assert rows["+ batch 2048 (lr x8)"]["kept"] is True and rows["+ batch 2048 (lr x8)"]["verdict"] == "safe"
+    text = cli("tune", "recsys", "--results", str(tmp_path / "r.jsonl"), "--device", "cpu", "--resume")
+    out = text.stdout
+    assert "safe; not built on:" in out and "slower than the stage it" in out, "the verdict column may wrap"
+    assert "each stage builds on the last one kept" in " ".join(out.split())
+    assert "median-step samples/s" in out and "median step/s" not in out
+
+
+def test_the_run_records_device_versions_steps_batch_and_noise_floor(
+        cli: Any, tmp_path: Path, fake_machine: Callable[..., None]) -> None:
+    import platform
+
+    import torch
+
+    import gpufly
+
+    fake_machine({"fast": 1.25}, noise=0.02, seed_spread=0.02)
+    results, page = tmp_path / "r.jsonl", tmp_path / "page.html"
+    text = cli("tune", "cnn", "--results", str(results), "--device", "cpu", "--html", str(page))
+    assert text.code == 0, text.stderr
+    out = " ".join(text.stdout.split())
+    versions = f"torch {torch.__version__}; Python {platform.python_version()}; gpufly {gpufly.__version__}"
+    assert f"measured on: device cpu; {versions}; 40 steps per trial; batch not reported" in out
+    assert "noise floor: the baseline ran" in out
+    assert "median-step samples/s" in out and "median step " not in out
+    document = json.loads(cli("tune", "cnn", "--results", str(results), "--resume", "--json").stdout)
+    assert document["versions"] == {"torch": str(torch.__version__), "python": platform.python_version(),
+                                    "gpufly": gpufly.__version__}
+    assert document["device"] == "cpu" and document["steps"] == 40 and "batch_size" in document
+    assert document["noise"]["noise_floor"] is not None
+    body = " ".join(page.read_text().split())
+    assert f"device cpu; {versions}; 40 steps per trial" in body and "noise floor" in body
+
+
+def test_launcher_refuses_timeout_as_it_refuses_the_other_run_only_options(cli: Any) -> None:
+    result = cli("tune", "cnn", "--launcher", "torchrun", "--timeout", "3")
+    assert result.code == 2 and "so --timeout would be ignored" in result.stderr and "hint:" in result.stderr
+    assert result.stderr.count("error:") == 1 and not result.stdout

@@ -18,6 +18,8 @@ from gpufly.errors import GpuflyError
 from gpufly.extras import require
 
 SEARCH_STEPS = 40
+TIMEOUT_S = 300.0
+"""Seconds before a trial is stopped, unless --timeout says otherwise."""
 STAGE_STEPS = 160
 MIN_STAGE_STEPS = 40
 """The recsys stages compare optimizers (dense Adam, SparseAdam) whose paths differ most while the model is near
@@ -38,8 +40,8 @@ def tune(
     steps: Annotated[int | None, typer.Option(help="Baseline-sized steps each trial trains (same samples for all; "
                                                    f"{SEARCH_STEPS} by default, {STAGE_STEPS} for the recsys "
                                                    "stages).")] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds before a trial is stopped and recorded as a timeout.")]
-    = 300.0,
+    timeout: Annotated[float | None, typer.Option(help="Seconds before a trial is stopped and recorded as a timeout "
+                                                       f"({TIMEOUT_S:g} by default).")] = None,
     results: Annotated[Path | None, typer.Option(help="Trial results, one JSON line each.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Go on from the results file, skipping done trials.")]
     = False,
@@ -79,13 +81,14 @@ def tune(
     """
     if launcher is not None:
         _print_launch(workload, launcher, Launch(nodes, gpus_per_node, knobs, results, steps, device),
-                      _run_only_options(task, ddp, html, resume, budget_minutes, search), as_json)
+                      _run_only_options(task, ddp, html, resume, budget_minutes, search, timeout), as_json)
         return
     _check_run_only_launch(nodes, gpus_per_node, knobs)
     stages_run = workload == "recsys" and task == "train" and not search
     _check_mode(workload, stages_run, budget_minutes, steps, search)
     steps = steps if steps is not None else STAGE_STEPS if stages_run else SEARCH_STEPS
     budget_minutes = 30.0 if budget_minutes is None else budget_minutes
+    timeout = TIMEOUT_S if timeout is None else timeout
     _check_options(task, budget_minutes, steps, timeout, ddp, device)
     from gpufly.tune.energy import check_price, energy_line, summary
 
@@ -121,19 +124,22 @@ def tune(
                                           "speedup_interval": _interval(best), "rounds": best.rounds,
                                           "code": code_for(best.knobs)}
     evidence = _evidence(run.baseline, steps)
+    conditions = _conditions(torch, identity["device"], steps, run.baseline)
     energy = summary(rows, price_per_kwh, price_per_hour, None if best is None else best.name)
     if html is not None:
         from gpufly.tune.render import write_html
 
         write_html(html, workload, rows, best_row, str(results), f"No winner ({decision.verdict}): {decision.reason}",
-                   {"device": identity["device"], "steps": steps, **evidence, "energy": energy})
+                   {**conditions, **evidence, "energy": energy})
     if as_json:
         mode = {"mode": "stages", "reference": [c.to_dict() for c in comparisons]} if stages_run else {}
-        print_json({"workload": workload, **mode, "results_file": str(results), "device": identity["device"],
-                    "steps": steps, "decision": decision.to_dict(), **evidence, "energy": energy, "trials": rows,
+        print_json({"workload": workload, **mode, "results_file": str(results), **conditions,
+                    "decision": decision.to_dict(), **evidence, "energy": energy, "trials": rows,
                     "best": best_row, "price_per_hour": price_per_hour, "price": price_note,
                     "price_per_kwh": price_per_kwh, "html": None if html is None else str(html)})
     else:
+        from gpufly.tune.render import conditions_text
+
         if stages_run:
             _render_stages(rows, price_note)
             for comparison in comparisons:
@@ -143,6 +149,7 @@ def tune(
             if price_note:
                 console().print(f"price: {price_note}; per kWh: "
                                 f"{'not given' if price_per_kwh is None else f'${price_per_kwh:g}'}", markup=False)
+        console().print(f"measured on: {conditions_text(conditions)}", markup=False)
         console().print(energy_line(energy), markup=False)
         _conclude(decision, best, evidence, results, stages_run)
         if html is not None:
@@ -239,6 +246,18 @@ def _identity(torch: Any, cuda: bool, workload: str, task: str, steps: int, **ex
     return run_identity(workload, task, steps, device, str(torch.__version__), **extra)
 
 
+def _conditions(torch: Any, device: str, steps: int, baseline: Any) -> dict[str, Any]:
+    """What the figures were measured on: the device, the versions of torch, Python and gpufly, the steps each
+    trial trained and the baseline's batch (None when the baseline reported none)."""
+    import platform
+
+    import gpufly
+
+    return {"device": device, "versions": {"torch": str(torch.__version__), "python": platform.python_version(),
+                                           "gpufly": gpufly.__version__},
+            "steps": steps, "batch_size": None if baseline is None else baseline.batch_size}
+
+
 def _price(torch: Any, cuda: bool, given: float | None) -> tuple[float | None, str | None]:
     """The machine's price per hour and where it came from: given, or on a GPU the catalog prices, its own."""
     if given is not None:
@@ -267,9 +286,12 @@ def _case_study_rows(rows: list[dict[str, Any]], plan: Any, torch: Any,
 def _render_stages(rows: list[dict[str, Any]], price_note: str | None) -> None:
     from rich.table import Table
 
-    table = Table(title="gpufly tune recsys: the case study, stage by stage (cumulative; unsafe stages not kept)")
+    table = Table(title="gpufly tune recsys: the case study, stage by stage (cumulative: each stage builds on the last "
+                        "one kept; a stage unsafe, failed or slower than the one it built on beyond the noise is "
+                        "shown, marked \"not built on\", and not kept)")
     priced = _priced_columns(rows)
-    columns = ["stage", "configuration", "samples/s", "median step/s", "speedup [95%]", "held-out loss",
+    unit = _unit(rows)
+    columns = ["stage", "configuration", f"{unit}/s", f"median-step {unit}/s", "speedup [95%]", "held-out loss",
                "limit", *priced, "verdict"]
     if price_note:
         columns.append("samples/$")
@@ -292,6 +314,11 @@ def _render_stages(rows: list[dict[str, Any]], price_note: str | None) -> None:
     if shared is not None:
         out.print("limit: the share of this machine's memory-bandwidth limit (copy bandwidth measured now, over "
                   f"about {shared['bytes_per_sample'] / 1e3:.0f} KB a sample moves)", markup=False)
+
+
+def _unit(rows: list[dict[str, Any]]) -> str:
+    """What the workload counts (samples, tokens): the unit its rows' throughputs are in."""
+    return next((str(r["unit"]) for r in rows if r.get("unit") and r.get("throughput") is not None), "samples")
 
 
 def _rate(value: float | None) -> str:
@@ -373,23 +400,16 @@ def _accuracy_line(accuracy: dict[str, Any]) -> str:
         if accuracy[key] is not None:
             parts.append(f"{what} {accuracy[key]:.1%} apart ({'judged' if accuracy[judged] else 'too far to judge'})")
     seeds = "; ".join(parts) if parts else "no seed drift known (see the second seed's row); fixed tolerances"
-    return f"judged after {accuracy['steps']} steps; two seeds of the baseline: {seeds}"
+    judged = "judged" if accuracy["loss_judged"] or accuracy["metric_judged"] or not parts else "not judged"
+    return f"{judged} after {accuracy['steps']} steps; two seeds of the baseline: {seeds}"
 
 
 def _verdict(row: dict[str, Any]) -> str:
-    """safe; unsafe with the reason (the probe loss drifted, or the evaluation metric dropped); or the failure."""
-    verdict = row["status"]
-    if verdict == "ok":
-        verdict = {"baseline": "baseline", "seed": "baseline, second seed"}.get(row["role"], "safe")
-    elif verdict == "unsafe":
-        from gpufly.tune.verdict import METRIC_TOLERANCE
+    """safe; unjudged (accuracy not judged, with why); unsafe with the reason; or the failure; and for a stage the
+    stages after it do not build on, why (``gpufly.tune.render.verdict_text``, as the HTML page says it)."""
+    from gpufly.tune.render import verdict_text
 
-        drop = row.get("metric_drop")
-        verdict = ("unsafe: metric dropped" if drop is not None and drop > METRIC_TOLERANCE
-                   else "unsafe: loss drifted")
-    if row["error"]:
-        verdict += f": {row['error'][:60]}"
-    return verdict
+    return verdict_text(row)
 
 
 def _run_with_progress(search: Any, what: str, quiet: bool) -> Any:
@@ -409,7 +429,8 @@ def _render(rows: list[dict[str, Any]]) -> None:
 
     table = Table(title="gpufly tune")
     priced = _priced_columns(rows)
-    for column in ("configuration", "throughput", "median step", "speedup [95%]", "peak memory", "loss drift",
+    for column in ("configuration", "throughput", f"median-step {_unit(rows)}/s", "speedup [95%]", "peak memory",
+                   "loss drift",
                    *priced, "verdict"):
         table.add_column(column, justify="left" if column in ("configuration", "verdict") else "right")
     for row in rows:
@@ -450,10 +471,10 @@ class Launch:
 
 
 def _run_only_options(task: str, ddp: int, html: Path | None, resume: bool, budget_minutes: float | None,
-                      search: bool) -> list[str]:
+                      search: bool, timeout: float | None = None) -> list[str]:
     """The options that only a run reads, as given: ``--launcher`` runs nothing, so they are refused there."""
     given = {"--task infer": task == "infer", "--ddp": bool(ddp), "--html": html is not None, "--resume": resume,
-             "--budget-minutes": budget_minutes is not None, "--search": search}
+             "--budget-minutes": budget_minutes is not None, "--search": search, "--timeout": timeout is not None}
     return [option for option, used in given.items() if used]
 
 

@@ -9,7 +9,8 @@ What to try comes from a *plan*:
   order; the ones that helped and stayed safe are combined greedily, fastest first, each kept only if the
   combination measures faster.
 - ``StagePlan``, a case study (``gpufly tune recsys``): cumulative stages, each adding its knobs to the last
-  stage that stayed safe and each judged against the baseline, so an unsafe stage is shown and not carried.
+  stage kept and each judged against the baseline, so an unsafe stage, or one slower than the stage it built on
+  beyond the noise, is shown and not carried.
 
 Whatever the plan, the search does not believe one run:
 
@@ -28,6 +29,7 @@ The winner is ``best(results)`` (``gpufly.tune.verdict.decide``), the same choic
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 import time
@@ -406,12 +408,33 @@ class Stage:
     """The knobs this stage adds to the last safe stage's."""
 
 
+SLOWER_SIGMAS = 2.0
+"""A stage is slower than the stage it built on beyond the noise when their ratio falls this many standard
+deviations of a two-run ratio (the noise floor times sqrt 2) below 1x, and by more than ``MIN_GAIN`` allows."""
+
+
+def slower_beyond_noise(ratio: float, floor: float | None) -> bool:
+    """Whether a throughput ``ratio`` (a stage over the stage it built on) is below 1x by more than the noise:
+    ``SLOWER_SIGMAS`` two-run standard deviations at the noise floor ``floor``, and at least the ``MIN_GAIN`` a
+    change must bring (None: no floor measured, only that).
+
+    >>> slower_beyond_noise(13.2 / 29.5, 0.05), slower_beyond_noise(0.98, 0.0), slower_beyond_noise(0.9, 0.05)
+    (True, False, False)
+    """
+    limit = 1.0 / MIN_GAIN
+    if floor is not None:
+        limit = min(limit, math.exp(-SLOWER_SIGMAS * math.sqrt(2.0) * floor))
+    return ratio < limit
+
+
 @dataclass(frozen=True)
 class StagePlan:
-    """Cumulative stages, the first being the baseline: each adds its knobs to the last stage that stayed safe,
-    and each is judged against the baseline. When the baseline fails there is nothing to compare against. Unlike
-    the search, the stages all run when two seeds leave accuracy unjudged (the table is the case study; no stage
-    is then named best, and none confirmed)."""
+    """Cumulative stages, the first being the baseline: each adds its knobs to the last stage *kept*, and each is
+    judged against the baseline. A stage is kept (the stages after it build on it) when it ran, was not found
+    unsafe and is not slower than the stage it built on beyond the noise (``slower_beyond_noise``); a stage that is
+    not kept is shown with why (``TrialResult.dropped``). When the baseline fails there is nothing to compare
+    against. Unlike the search, the stages all run when two seeds leave accuracy unjudged (the table is the case
+    study; each stage's accuracy is then *unjudged*, not safe, no stage is named best, and none confirmed)."""
 
     stages: Sequence[Stage]
 
@@ -419,13 +442,32 @@ class StagePlan:
         return len(self.stages)
 
     def run(self, search: Search) -> None:
-        baseline: TrialResult | None = None
-        carried: dict[str, Any] = {}
+        kept: TrialResult | None = None
         for stage in self.stages:
-            result = search.measure(Trial(stage.label, {**carried, **stage.adds}), baseline, stage.stage)
-            if baseline is None:
+            carried = {} if kept is None else dict(kept.knobs)
+            result = search.measure(Trial(stage.label, {**carried, **stage.adds}), search.baseline if kept else None,
+                                    stage.stage)
+            if kept is None:
                 if not result.usable:
                     return
-                baseline = result  # a case study shows every stage, even where accuracy cannot be judged
-            if result.usable:
-                carried = dict(result.knobs)
+                kept = result  # a case study shows every stage, even where accuracy cannot be judged
+                continue
+            result.dropped = dropped(result, kept, search.baseline)
+            if result.dropped is None:
+                kept = result
+
+
+def dropped(result: TrialResult, built_on: TrialResult, baseline: TrialResult | None) -> str | None:
+    """Why the stages after ``result`` do not build on it, or None when they do: it failed, it was found unsafe,
+    or it is slower than ``built_on`` beyond the baseline's noise floor."""
+    if not result.usable:
+        return result.status  # unsafe, oom, failed, timeout
+    floor = None if baseline is None else baseline.noise_floor
+    if result.speedup is not None and built_on.speedup:
+        if slower_beyond_noise(result.speedup / built_on.speedup, floor):
+            return f"slower than the stage it built on ({result.speedup:.2f}x after {built_on.speedup:.2f}x)"
+    elif (result.throughput is not None and built_on.throughput
+          and slower_beyond_noise(result.throughput / built_on.throughput, floor)):
+        return (f"slower than the stage it built on ({result.throughput:,.0f} after "
+                f"{built_on.throughput:,.0f} {result.unit}/s)")
+    return None

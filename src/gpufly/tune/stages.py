@@ -4,8 +4,10 @@
 ``Search`` (``StagePlan``). Each stage is a real trial of the built-in ``recsys`` workload through the same
 worker as any tuner trial (its own process, a timeout, the median per-step throughput, the same training
 samples), so the table measures the pipeline a user would run, not a special benchmark loop. The stages are
-cumulative: each adds its knobs to the last stage that stayed safe, so a change that costs accuracy (a bigger
-batch whose learning rate is off) is shown, rejected and not carried into the stages after it.
+cumulative: each adds its knobs to the last stage kept, so a change that costs accuracy (a bigger batch whose
+learning rate is off), or one that makes the pipeline slower beyond the noise (a loader worker competing with the
+compute on a small CPU), is shown, marked "not built on" and not carried into the stages after it. Where two seeds
+of the baseline end too far apart to judge accuracy, every stage's verdict is ``unjudged``, never ``safe``.
 
 The yardstick is a reference row: the loop a competent PyTorch engineer writes by hand
 (``gpufly.tune.workloads.recsys_reference``), run by the same worker, never carried into a stage and never a

@@ -121,10 +121,30 @@ class TrialResult:
     """``energy_j`` over the units (samples, tokens) of the measured steps."""
     energy_note: str | None = None
     """Why the energy was not measured ("no NVML" on a CPU run)."""
+    unjudged: str | None = None
+    """On a trial that ran and was not found unsafe: why its accuracy could not be judged (``seeds 10.1% apart``:
+    the baseline's two seeds end too far apart at this step count), so it is not called safe; None when judged."""
+    dropped: str | None = None
+    """On a stage of a staged plan: why the stages after it do not build on it (unsafe, or slower than the stage
+    it built on beyond the noise); None for a stage kept in the cumulative chain."""
 
     @property
     def usable(self) -> bool:
         return self.status == "ok" and self.throughput is not None
+
+    @property
+    def verdict(self) -> str:
+        """One word for the row: baseline, seed, safe, unjudged (ran, accuracy not judged), unsafe, or how it
+        failed (oom, failed, timeout).
+
+        >>> TrialResult("x", {}, "ok", throughput=1.0).verdict, TrialResult("x", {}, "ok", unjudged="seeds").verdict
+        ('safe', 'unjudged')
+        """
+        if self.status != "ok":
+            return self.status
+        if self.role != "trial":
+            return self.role
+        return "unjudged" if self.unjudged else "safe"
 
     def samples_per_dollar(self, price_per_hour: float | None) -> float | None:
         """Units one dollar of machine time buys at this trial's throughput: an hour's units over the hour's price.
@@ -151,9 +171,11 @@ class TrialResult:
                "nodes": self.nodes, "error": self.error, "seconds": round(self.seconds, 2), "energy_j": self.energy_j,
                "joules_per_unit": self.joules_per_unit, "energy_note": self.energy_note,
                "energy_cost_per_million": energy_cost_per_million(self.joules_per_unit, price_per_kwh),
-               "time_cost_per_million": time_cost_per_million(self.throughput, price_per_hour)}
+               "time_cost_per_million": time_cost_per_million(self.throughput, price_per_hour),
+               "verdict": self.verdict, "unjudged": self.unjudged}
         if self.stage is not None:
-            row = {"stage": self.stage, **row, "held_out_loss": self.eval_metric,
+            row = {"stage": self.stage, **row, "kept": self.dropped is None, "dropped": self.dropped,
+                   "held_out_loss": self.eval_metric,
                    "samples_per_dollar": self.samples_per_dollar(price_per_hour)}
         return row
 

@@ -94,6 +94,8 @@ def judge(result: TrialResult, baseline: TrialResult | None, tolerance: float = 
                    and judgeable(baseline.seed_metric_drift, metric_tolerance))
         if drifted or dropped:
             result.status = "unsafe"
+        else:
+            result.unjudged = seeds_apart(baseline)
     if result.throughput and baseline.throughput:
         result.speedup = result.throughput / baseline.throughput
     return result
@@ -155,6 +157,25 @@ def decide(results: Iterable[TrialResult], min_gain: float = MIN_GAIN) -> Decisi
                         f" runs (limit {MAX_NOISE_FLOOR:.0%}): the machine is too noisy to tell a gain from the noise;"
                         " stop the other work on it, or tune on a quiet machine")
     return _confirmed(results, baseline, min_gain)
+
+
+def seeds_apart(baseline: TrialResult) -> str | None:
+    """Why a trial's accuracy cannot be judged against this baseline, in a few words (``seeds 10.1% apart``), or
+    None when one measure (the probe loss, or the metric) is steady enough over two seeds to judge it: a trial
+    that is not unsafe is then safe, else its accuracy is *unjudged*, never called safe.
+
+    >>> base = TrialResult("b", {}, "ok", throughput=1.0, eval_loss=0.5, seed_loss_drift=0.101)
+    >>> seeds_apart(base), seeds_apart(TrialResult("b", {}, "ok", eval_loss=0.5, seed_loss_drift=0.001))
+    ('seeds 10.1% apart', None)
+    """
+    if accuracy_unjudgeable(baseline) is None:
+        return None
+    measures = [("probe loss", baseline.seed_loss_drift, baseline.eval_loss),
+                ("metric", baseline.seed_metric_drift, baseline.eval_metric)]
+    gaps = [(what, drift) for what, drift, value in measures if value is not None and drift is not None]
+    if len(gaps) == 1:
+        return f"seeds {gaps[0][1]:.1%} apart"
+    return "seeds " + ", ".join(f"{what} {drift:.1%}" for what, drift in gaps) + " apart"
 
 
 def accuracy_unjudgeable(baseline: TrialResult) -> str | None:
