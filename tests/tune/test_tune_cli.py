@@ -384,6 +384,8 @@ def test_launcher_torchrun_prints_one_command_per_node_for_the_knobs_asked(cli: 
     (["--launcher", "slurm", "--nodes", "0"], "--nodes must be 1 or more"),
     (["--launcher", "slurm", "--html", "x.html"], "so --html would be ignored"),
     (["--launcher", "slurm", "--ddp", "2"], "so --ddp would be ignored"),
+    (["--launcher", "slurm", "--price-per-hour", "2.5"], "so --price-per-hour would be ignored"),
+    (["--launcher", "torchrun", "--price-per-kwh", "0.1"], "so --price-per-kwh would be ignored"),
     (["--launcher", "slurm", "--knobs", "[1]"], "--knobs must be a JSON object"),
     (["--launcher", "slurm", "--knobs", "{amp"], "--knobs is not JSON"),
     (["--launcher", "slurm", "--results", "{tmp}/none.jsonl"], "no tune results at"),

@@ -81,7 +81,8 @@ def tune(
     """
     if launcher is not None:
         _print_launch(workload, launcher, Launch(nodes, gpus_per_node, knobs, results, steps, device),
-                      _run_only_options(task, ddp, html, resume, budget_minutes, search, timeout), as_json)
+                      _run_only_options(task, ddp, html, resume, budget_minutes, search, timeout,
+                                        price_per_hour, price_per_kwh), as_json)
         return
     _check_run_only_launch(nodes, gpus_per_node, knobs)
     stages_run = workload == "recsys" and task == "train" and not search
@@ -471,10 +472,12 @@ class Launch:
 
 
 def _run_only_options(task: str, ddp: int, html: Path | None, resume: bool, budget_minutes: float | None,
-                      search: bool, timeout: float | None = None) -> list[str]:
+                      search: bool, timeout: float | None = None, price_per_hour: float | None = None,
+                      price_per_kwh: float | None = None) -> list[str]:
     """The options that only a run reads, as given: ``--launcher`` runs nothing, so they are refused there."""
     given = {"--task infer": task == "infer", "--ddp": bool(ddp), "--html": html is not None, "--resume": resume,
-             "--budget-minutes": budget_minutes is not None, "--search": search, "--timeout": timeout is not None}
+             "--budget-minutes": budget_minutes is not None, "--search": search, "--timeout": timeout is not None,
+             "--price-per-hour": price_per_hour is not None, "--price-per-kwh": price_per_kwh is not None}
     return [option for option, used in given.items() if used]
 
 
