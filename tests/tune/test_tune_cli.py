@@ -388,6 +388,7 @@ def test_launcher_torchrun_prints_one_command_per_node_for_the_knobs_asked(cli: 
     (["--launcher", "torchrun", "--price-per-kwh", "0.1"], "so --price-per-kwh would be ignored"),
     (["--launcher", "slurm", "--knobs", "[1]"], "--knobs must be a JSON object"),
     (["--launcher", "slurm", "--knobs", "{amp"], "--knobs is not JSON"),
+    (["--launcher", "slurm", "--knobs", "{\"amp\": \"bf16\", \"ampp\": 1}"], "unknown knob 'ampp'; did you mean amp?"),
     (["--launcher", "slurm", "--results", "{tmp}/none.jsonl"], "no tune results at"),
 ])
 def test_launcher_mistakes_are_one_error_line(cli: Any, tmp_path: Path, args: list[str], message: str) -> None:

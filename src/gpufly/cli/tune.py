@@ -538,6 +538,13 @@ def _configuration(workload: str, given: Launch) -> tuple[str, dict[str, Any], s
         if not isinstance(knobs, dict):
             raise GpuflyError(f"--knobs must be a JSON object of knob names and values, not {given.knobs}",
                               '--knobs \'{"amp": "bf16"}\'')
+        from gpufly.errors import unknown_choice
+        from gpufly.tune.knobs import KNOBS
+
+        names = [knob.name for knob in KNOBS]
+        for name in knobs:  # a misspelt knob would reach every node of the cluster before anything said so
+            if name not in names:
+                raise unknown_choice("knob", str(name), names)
         return "requested", knobs, "--knobs", steps or SEARCH_STEPS
     if given.results is not None:
         from gpufly.tune import ResultsLog
