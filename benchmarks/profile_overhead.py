@@ -123,7 +123,10 @@ def timed_steps(batches: Iterable[tuple[torch.Tensor, torch.Tensor]], run_step: 
 
 
 def plain(loop: Loop) -> Block:
-    return timed_steps(loop.loader, loop.step)
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:  # the same call structure as the gpufly variant's
+        loop.step(x, y)
+
+    return timed_steps(loop.loader, step)
 
 
 def with_gpufly(loop: Loop) -> Block:
