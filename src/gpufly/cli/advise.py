@@ -324,7 +324,7 @@ def _render_scaling(verdict: Fit, scaled: Scaling, out: Console) -> None:
         table.add_column(column, justify="right" if index < 5 else "left")
     shown = [p for p in scaled.points if p.nodes & (p.nodes - 1) == 0
              or p.nodes in (job.nodes, scaled.stops_at, scaled.points[0].nodes)]
-    low, high = _scaling_band(verdict)
+    low, high = verdict.training_band
     for point in shown:
         samples = f"{_number(point.samples_s)} ({_number(point.samples_s * low)}-{_number(point.samples_s * high)})"
         table.add_row(str(point.nodes), samples + ("" if point.fits else " *"), _seconds(point.step_s),
@@ -348,26 +348,6 @@ def _render_scaling(verdict: Fit, scaled: Scaling, out: Console) -> None:
     out.print(_("efficiency: samples/s over (nodes x one node's samples/s at the smallest count), a ratio of two "
                 "predictions of the same model, whose shared bias cancels; llm-foundry's FSDP runs on 2-16 nodes "
                 "over InfiniBand scale near-linearly, as the model predicts (docs/calibration.md)"), markup=False)
-
-
-def _scaling_band(verdict: Fit) -> tuple[float, float]:
-    """The job's own training-speed range as ratios to its value (every node count shares the band: a count's
-    prediction is the same model's), or no band when the job has none."""
-    for name in ("train_samples_s", "train_tokens_s"):
-        band = verdict.speed_ranges.get(name)
-        if band is not None and band.value:
-            return band.low / band.value, band.high / band.value
-    return 1.0, 1.0
-
-
-def scaling_dict(verdict: Fit, scaled: Scaling) -> dict[str, object]:
-    """The scaling as JSON, each count's samples/s with its 80% range and whether it is hypothetical."""
-    low, high = _scaling_band(verdict)
-    document = scaled.to_dict()
-    document["points"] = [{**point, "samples_s_low": point["samples_s"] * low,
-                           "samples_s_high": point["samples_s"] * high, "hypothetical": not point["fits"]}
-                          for point in document["points"]]
-    return document
 
 
 def _stops_line(scaled: Scaling) -> str:
@@ -551,7 +531,7 @@ def fit(
         print_json({"schema_version": SCHEMA_VERSION, "model": spec.to_dict(), "job": base.to_dict(),
                     "results": [{**solved, **v.to_dict(), "assumed": target.assumed,
                                  "changes": [c.to_dict() for c in ch],
-                                 "scaling": scaling_dict(v, scaled) if (scaled := scalings[i]) else None,
+                                 "scaling": scaled.to_dict(v.training_band) if (scaled := scalings[i]) else None,
                                  "links": _links(v),
                                  **({"calibration": narrowed[i]} if narrowed else {})}
                                 for i, (target, v, ch, solved) in enumerate(results)]})

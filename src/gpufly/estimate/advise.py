@@ -107,6 +107,16 @@ class Fit:
         return self.free_bytes >= 0
 
     @property
+    def training_band(self) -> tuple[float, float]:
+        """The training-speed 80% range as ratios to its value ((1, 1) where there is none): what a scaling over
+        nodes of the same job carries."""
+        for name in ("train_samples_s", "train_tokens_s"):
+            band = self.speed_ranges.get(name)
+            if band is not None and band.value:
+                return band.low / band.value, band.high / band.value
+        return 1.0, 1.0
+
+    @property
     def tight(self) -> bool:
         """Fits with less room than the memory estimate's own median error: a real run may not."""
         return self.fits and self.free_bytes < VRAM_MEDIAN_ERROR * self.memory.total_bytes

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from gpufly.catalog.spec import RATE_FIELDS, GpuSpec
+from gpufly.catalog.spec import RATE_FIELDS, GpuSpec, parse_compute_capability
 from gpufly.errors import GpuflyError
 from gpufly.estimate.engines import engine
+from gpufly.estimate.formats import weight_format
 from gpufly.estimate.job import Job
 from gpufly.i18n import gettext as _
 from gpufly.models.spec import ModelSpec
@@ -130,9 +131,6 @@ only supported on GPUs with compute capability of at least 8.0 ... use float16 i
 def bf16_note(gpu: GpuSpec, job: Job) -> str | None:
     """bf16 weights on an NVIDIA GPU older than Ampere (compute capability under 8.0: V100, T4, RTX 20xx): refused where
     the engine refuses them; for transformers, which runs them without tensor cores, a note pointing at fp16."""
-    from gpufly.catalog.spec import parse_compute_capability
-    from gpufly.estimate.formats import weight_format
-
     if job.training or gpu.vendor != "nvidia" or not gpu.compute_capability:
         return None
     if weight_format(job.quant).compute_dtype != "bf16" or parse_compute_capability(gpu.compute_capability) >= (8, 0):

@@ -28,12 +28,12 @@ SELECTIVE_RECOMPUTE_SHARE = 0.5
 ATTENTIONS = ("flash", "sdpa", "eager")
 """Attention kernels in training: flash-attn, torch SDPA (flash or memory-efficient kernels on CUDA), eager."""
 OFFLOADS = ("none", "optimizer", "params")
+"""CPU offload: none; optimizer (ZeRO-Offload: gradients, fp32 master weights and optimizer states in host memory);
+params (also the weights, as FSDP's CPUOffload(offload_params=True) and ZeRO-3 offload_param do)."""
 LOSSES = ("full", "chunked", "fused")
 """How the training loss meets the vocabulary (memory.LOSS_LOGITS_BYTES): full (transformers' loss over the whole
 logits, upcast to fp32), chunked (LitGPT's lm_head and cross-entropy in 16-bit chunks) or fused (Liger's fused
 linear cross-entropy, Unsloth's, Apple's Cut Cross-Entropy: the logits are never whole)."""
-"""CPU offload: none; optimizer (ZeRO-Offload: gradients, fp32 master weights and optimizer states in host memory);
-params (also the weights, as FSDP's CPUOffload(offload_params=True) and ZeRO-3 offload_param do)."""
 MAX_CUDA_CONTEXT_GIB = 64.0
 DEFAULT_LORA_RANK = 16
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

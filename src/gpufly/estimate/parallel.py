@@ -242,9 +242,12 @@ class ScalePoint:
     efficiency: float
     fits: bool
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"nodes": self.nodes, "samples_s": self.samples_s, "step_s": self.step_s,
-                "communication_s": self.communication_s, "efficiency": self.efficiency, "fits": self.fits}
+    def to_dict(self, band: tuple[float, float] = (1.0, 1.0)) -> dict[str, Any]:
+        """``band``: the 80% range as ratios to the value (the job's own training-speed band)."""
+        return {"nodes": self.nodes, "samples_s": self.samples_s, "samples_s_low": self.samples_s * band[0],
+                "samples_s_high": self.samples_s * band[1], "step_s": self.step_s,
+                "communication_s": self.communication_s, "efficiency": self.efficiency, "fits": self.fits,
+                "hypothetical": not self.fits}
 
 
 @dataclass(frozen=True)
@@ -262,8 +265,10 @@ class Scaling:
     def point(self, nodes: int) -> ScalePoint | None:
         return next((p for p in self.points if p.nodes == nodes), None)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"points": [p.to_dict() for p in self.points], "stops_paying_at_nodes": self.stops_at,
+    def to_dict(self, band: tuple[float, float] = (1.0, 1.0)) -> dict[str, Any]:
+        """``band``: each count's 80% range as ratios to its samples/s (a count's prediction is the same model's, so
+        it shares the job's band)."""
+        return {"points": [p.to_dict(band) for p in self.points], "stops_paying_at_nodes": self.stops_at,
                 "threshold": self.threshold, "why": self.why or None, "notes": list(self.notes)}
 
 

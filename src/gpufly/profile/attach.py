@@ -57,8 +57,7 @@ def resolve(target: str) -> tuple[str, Callable[[], Any]]:
             return target, load_function(target, example="main")
         except SyntaxError as exc:  # before anything runs: one line naming the place, as `fit` and `tune` say it
             where = f"{exc.filename}, line {exc.lineno}" if exc.filename else f"line {exc.lineno}"
-            raise GpuflyError(f"{target} has a syntax error: {exc.msg} ({where})",
-                              f"fix the code there; `python -m py_compile {exc.filename or 'FILE'}` shows it") from None
+            raise _syntax_error(target, exc, where, exc.filename or "FILE") from None
     path = Path(target)
     hint = "give a Python file (train.py) or module:function"
     if not path.exists():
@@ -73,11 +72,16 @@ def resolve(target: str) -> tuple[str, Callable[[], Any]]:
     try:  # a script that cannot even be compiled is one error line, as `fit` and `tune` say it, not a traceback
         compile(source, str(path), "exec")
     except SyntaxError as exc:
-        raise GpuflyError(f"{target} has a syntax error: {exc.msg} (line {exc.lineno})",
-                          f"fix the code there; `python -m py_compile {target}` shows it") from None
+        raise _syntax_error(target, exc, f"line {exc.lineno}", target) from None
     except ValueError as exc:  # null bytes: not Python source
         raise GpuflyError(f"{target} is not Python source ({exc})", hint) from None
     return str(path), lambda: runpy.run_path(str(path), run_name="__main__")
+
+
+def _syntax_error(target: str, exc: SyntaxError, where: str, file: str) -> GpuflyError:
+    """A script or module that does not compile: one line naming the place, and how to see it."""
+    return GpuflyError(f"{target} has a syntax error: {exc.msg} ({where})",
+                       f"fix the code there; `python -m py_compile {file}` shows it")
 
 
 def _print_user_traceback(exc: BaseException) -> None:
