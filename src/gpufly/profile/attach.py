@@ -29,7 +29,7 @@ from gpufly.profile.profiler import Profiler
 @contextmanager
 def attached(profiler: Profiler) -> Iterator[Profiler]:
     """Route DataLoader iteration and optimizer steps through ``profiler`` while the block runs."""
-    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+    from torch.optim.optimizer import register_optimizer_step_post_hook
     from torch.utils.data import DataLoader
 
     original_iter = DataLoader.__iter__
@@ -38,15 +38,15 @@ def attached(profiler: Profiler) -> Iterator[Profiler]:
         return profiler.timed(loader, lambda: original_iter(loader))
 
     DataLoader.__iter__ = timed_iter  # type: ignore[method-assign,assignment]
-    hooks = [register_optimizer_step_pre_hook(profiler.hooks.before_optimizer_step),
-             register_optimizer_step_post_hook(profiler.hooks.after_optimizer_step_ending_the_step)]
+    ending = register_optimizer_step_post_hook(profiler.hooks.after_optimizer_step_ending_the_step)
+    profiler.hooks.time_every_optimizer()
     try:
         profiler.start()
         yield profiler
     finally:
         DataLoader.__iter__ = original_iter  # type: ignore[method-assign]
-        for hook in hooks:
-            hook.remove()
+        ending.remove()
+        profiler.hooks.disarm()
 
 
 def resolve(target: str) -> tuple[str, Callable[[], Any]]:

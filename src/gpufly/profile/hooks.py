@@ -41,6 +41,7 @@ class ModelHooks:
         self._forward_start: float | None = None
         self._forward_end: float | None = None
         self._optimizer_start: float | None = None
+        self._every_optimizer = False
         steps.on_skip.append(self.forget_forward)
 
     def watch_model(self, model: Any) -> None:
@@ -56,6 +57,15 @@ class ModelHooks:
         if self._armed:
             self._hook_optimizer(optimizer)
 
+    def time_every_optimizer(self) -> None:
+        """`gpufly profile`: time every optimizer's steps on the detailed steps, through torch's global pre-hook (its
+        global post-hook, which ends each step, `attached` keeps on throughout). The pre-hook is put on only for the
+        detailed steps: a hook call a step is a microsecond or two of a 1 ms step, and the optimizer time it gives is
+        a detailed-only figure."""
+        self._every_optimizer = True
+        if self._armed:
+            self._hook_every_optimizer()
+
     def arm(self) -> None:
         """A detailed step begins: put the forward and the optimizer hooks on."""
         if not self._armed:
@@ -64,6 +74,8 @@ class ModelHooks:
                 self._hook(model)
             for optimizer in self._optimizers:
                 self._hook_optimizer(optimizer)
+            if self._every_optimizer:
+                self._hook_every_optimizer()
 
     def disarm(self) -> None:
         """Take the hooks off (`gpufly profile`'s global optimizer hooks, which mark the steps, are not these)."""
@@ -98,10 +110,13 @@ class ModelHooks:
 
     def after_optimizer_step_ending_the_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """`gpufly profile`'s post hook: the optimizer step also ends the loop's step, where this hook was entered
-        (one clock reading and one call for both, on every step)."""
+        (one clock reading and one call for both, on every step; ``_optimizer_stepped``'s work done here)."""
         entered = self._clock()
-        self._optimizer_stepped(entered)
-        self.steps.end_step(entered)
+        if self._optimizer_start is not None:
+            current = self.steps.current
+            current.optimizer_s = (current.optimizer_s or 0.0) + entered - self._optimizer_start
+            self._optimizer_start = None
+        self.steps.optimizer_ended_step(entered)
 
     def _optimizer_stepped(self, at: float) -> None:
         if self._optimizer_start is not None:
@@ -117,6 +132,11 @@ class ModelHooks:
     def _hook_optimizer(self, optimizer: Any) -> None:
         self._handles.append(optimizer.register_step_pre_hook(self.before_optimizer_step))
         self._handles.append(optimizer.register_step_post_hook(self.after_optimizer_step))
+
+    def _hook_every_optimizer(self) -> None:
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        self._handles.append(register_optimizer_step_pre_hook(self.before_optimizer_step))
 
     def _read_model(self, model: Any) -> None:
         import torch

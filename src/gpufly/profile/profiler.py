@@ -92,11 +92,13 @@ class Profiler:
         return self.steps.iterate(state, make_iterator())
 
     def step(self) -> StepContext:
-        """Use as ``with prof.step():`` around the step's work, or call ``prof.step()`` at the end of each step."""
+        """Use as ``with prof.step():`` around the step's work, or call ``prof.step()`` at the end of each step.
+
+        Once measuring has started, ``prof.step`` is the step context's own ``marker`` (set on the instance by
+        ``start``, taken off by ``finish``): one call a step fewer, on every step."""
         if not self._active:
             self.start()
-        self.steps.mark()
-        return self._context
+        return self._context.marker()
 
     def watch(self, model: Any = None, optimizer: Any = None) -> Profiler:
         """Optional: hook the model (forward time, dtype, autocast) and the optimizer (its step time)."""
@@ -154,6 +156,7 @@ class Profiler:
         if cuda and self.nvml_interval:
             self._start_gpu_watch(self.nvml_interval)
         self.steps.start()
+        self.step = self._context.marker  # type: ignore[method-assign]
 
     def open_framework(self) -> bool:
         """Read torch's device and settings and get the parts that use torch ready; True on a GPU run.
@@ -183,6 +186,7 @@ class Profiler:
 
     def _stop(self) -> None:
         self._active = False
+        self.__dict__.pop("step", None)  # back to the method, which starts measuring again
         self.syncs.disarm()
         self.hooks.disarm()
         if self.data.conditions is not None:
