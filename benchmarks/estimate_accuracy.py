@@ -2,14 +2,14 @@
 
     python benchmarks/estimate_accuracy.py [--rows DIR] [--detail] [--write-ranges]
 
-Reads the public measurements in ../shared/calibration/ (or --rows DIR) plus benchmarks/rows/*.csv,
-predicts each row with gpufly's advisor (catalog peaks, engines' calibrated constants), and prints per
-metric (decode, multi-GPU decode, prefill, inference memory, training memory, training throughput) and
-engine: n, the median and p90 of |error|, and the share of rows inside the prediction's 80% range, on the
-fit set and on the check set separately. SPLIT_RULE puts each row on one side, a whole GPU of a source at
-a time. The 80% ranges (estimate/ranges.py) come from the fit set's residuals only; --write-ranges stores
-them in src/gpufly/estimate/data/ranges.json, which `gpufly fit` reads. Nothing is tuned on the check set.
-"decode, naive" is the common shortcut (bandwidth / weight bytes), printed for comparison.
+Reads the public measurements in ../shared/calibration/ (or --rows DIR) plus benchmarks/rows/*.csv, predicts
+each row with gpufly's advisor (catalog peaks, engines' calibrated constants), and prints per metric (decode,
+multi-GPU decode, prefill, prefill on one GPU and several together, inference memory, training memory,
+training throughput) and engine: n, the median and p90 of |error|, and the share of rows inside the
+prediction's 80% range, on the fit set and on the check set separately. SPLIT_RULE puts each row on one side,
+a whole GPU of a source at a time. The 80% ranges (estimate/ranges.py) come from the fit set's residuals only;
+--write-ranges stores them in src/gpufly/estimate/data/ranges.json, which `gpufly fit` reads. Nothing is tuned
+on the check set. "decode, naive" is the common shortcut (bandwidth / weight bytes), printed for comparison.
 A row that cannot be read (a value such as "~500" is read as 500; "n/a" or "OOM" is not a number) is
 skipped and counted, with why, never a crash.
 "fit verdict" checks `gpufly fit`'s verdict on every measured run (each one ran, so it must fit) and on
@@ -83,8 +83,8 @@ MODEL_NAMES = {
 }
 """Model names as the tables print them -> a preset, or a config.json under benchmarks/rows/models/ (each with
 its source in `_source`) for a model gpufly has no preset for."""
-QUANTS = {"Q4_K_M": "q4_k_m", "F16": "f16", "BF16": "bf16", "GPTQ-Int8": "int8", "GPTQ-Int4": "int4",
-          "AWQ": "int4", "amp fp16": "bf16", "fp32": "fp32", "Q8_0": "q8_0", "Q4_0": "q4_0"}
+QUANTS = {"Q4_K_M": "q4_k_m", "F16": "f16", "BF16": "bf16", "GPTQ-Int8": "int8", "GPTQ-Int4": "gptq-int4",
+          "AWQ": "awq", "amp fp16": "bf16", "fp32": "fp32", "Q8_0": "q8_0", "Q4_0": "q4_0"}
 ENGINES = {"llama.cpp": "llama.cpp", "vLLM 0.6.3": "vllm", "HF transformers": "transformers"}
 XIONGJIEDAI = ("https://github.com/XiongjieDai/GPU-Benchmarks-on-LLM-Inference/blob/"
                "aa72e0ec86c356c41f8281c9733e9a13c3675800/README.md")
@@ -541,17 +541,22 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-TABLE_ORDER = ("decode", "multi-GPU decode", "prefill", "multi-GPU prefill", "inference memory", "training memory",
-               "training throughput", "multi-node training throughput", f"decode{NAIVE}")
+PROMPT_PROCESSING = "prefill, 1 GPU and several"
+"""Prefill on one GPU and on several in one line: issue 17's "prompt processing" target is one figure over both."""
+TABLE_ORDER = ("decode", "multi-GPU decode", "prefill", "multi-GPU prefill", PROMPT_PROCESSING, "inference memory",
+               "training memory", "training throughput", "multi-node training throughput", f"decode{NAIVE}")
 
 
 def accuracy_table(found: list[Comparison]) -> list[tuple[str, str, str, int, float, float, float | None]]:
     """(set, metric, engine, n, median |err|, p90 |err|, share inside the 80% range) per metric and engine, and
-    per metric over all engines; the naive decode shortcut has no range."""
+    per metric over all engines (prefill also over one GPU and several together); the naive decode shortcut has no
+    range."""
     groups: dict[tuple[str, str, str], list[Comparison]] = defaultdict(list)
     for c in found:
         groups[(c.side, c.label, c.engine)].append(c)
         groups[(c.side, c.label, "all")].append(c)
+        if c.label in ("prefill", "multi-GPU prefill"):
+            groups[(c.side, PROMPT_PROCESSING, "all")].append(c)
     lines = []
     for (split, metric, engine_name), items in sorted(
             groups.items(), key=lambda kv: (kv[0][0] != "fit", TABLE_ORDER.index(kv[0][1]), kv[0][2] != "all",

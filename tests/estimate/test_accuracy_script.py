@@ -50,3 +50,15 @@ def test_a_model_on_a_gpu_of_a_source_lands_whole_on_one_side(accuracy) -> None:
 
     assert {accuracy.side(row(f"GPU {n}")) for n in range(30)} == {"fit", "check"}
     assert accuracy.side(row("GPU 1", prompt="512")) == accuracy.side(row(" GPU 1 ", prompt="8192"))
+
+
+def test_prefill_is_also_one_line_over_one_gpu_and_several(accuracy) -> None:
+    """Issue 17's prompt-processing target is one figure over both: the table prints it beside the two."""
+    def made(label: str, error: float) -> object:
+        return type("C", (), {"side": "check", "label": label, "engine": "llama.cpp", "error": error, "range": None})()
+
+    found = [made("prefill", 0.05), made("prefill", 0.07), made("multi-GPU prefill", 0.5)]
+    lines = {(metric, engine): (n, median) for _split, metric, engine, n, median, _p90, _inside
+             in accuracy.accuracy_table(found)}
+    assert lines[(accuracy.PROMPT_PROCESSING, "all")] == (3, 0.07)
+    assert lines[("prefill", "all")][0] == 2 and lines[("multi-GPU prefill", "all")][0] == 1

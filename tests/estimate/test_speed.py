@@ -175,6 +175,24 @@ def test_vllm_reads_int4_weights_at_a_lower_share_of_bandwidth_than_bf16() -> No
     assert int4 / bf16 == pytest.approx(bytes_ratio / factor, rel=0.02)
 
 
+def test_transformers_runs_gptq_4bit_through_exllama_at_a_16bit_layers_host_cost_and_awq_at_the_quantized_one() -> None:
+    """The host floor of an eager transformers step: GPTQ 4-bit layers (ExLlama kernel) cost a 16-bit layer's,
+    AWQ's and 8-bit layers cost quantized_cpu_factor times that; vLLM runs both 4-bit checkpoints alike (Marlin)."""
+    gpu, position = card(memory_bandwidth_gbps=2000, fp16_tensor_tflops=1000, bf16_tensor_tflops=1000), 1
+    transformers = engines.ENGINES["transformers"]
+    floor = {quant: decode_step_s(LLAMA, gpu, Job(engine="transformers", quant=quant), position)
+             for quant in ("bf16", "gptq", "awq", "int8")}
+    assert floor["gptq"] == pytest.approx(floor["bf16"], rel=1e-6)
+    assert floor["awq"] == pytest.approx(floor["bf16"] * transformers.quantized_cpu_factor, rel=1e-6)
+    assert floor["int8"] == pytest.approx(floor["awq"], rel=1e-6)
+    vllm = {quant: decode_step_s(LLAMA, gpu, Job(engine="vllm", quant=quant), position) for quant in ("gptq", "awq")}
+    assert vllm["gptq"] == vllm["awq"]
+    assert weight_format("gptq").bits_per_weight == weight_format("awq-int4").bits_per_weight == weight_format(
+        "int4").bits_per_weight
+    assert (weight_format("gptq-int4").kernel, weight_format("awq").kernel, weight_format("int4").kernel) == (
+        "gptq", "awq", "")
+
+
 def test_llama_cpp_decode_pays_a_fixed_cost_per_layer_so_bigger_models_use_bandwidth_better() -> None:
     big = spec_from_config({**load_config_file(CONFIGS / "llama-3.1-8b"), "hidden_size": 8192,
                             "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64},

@@ -27,6 +27,9 @@ class WeightFormat:
     engine_family: str = "torch"
     """"gguf" formats run in llama.cpp-style engines, "exl2" in exllamav2, "mlc" in MLC LLM; "torch" ones in
     PyTorch-based engines and the serving engines that load Hugging Face checkpoints."""
+    kernel: str = ""
+    """The checkpoint's quantizer where a PyTorch engine runs it through its own kernels ("gptq", "awq"): they
+    cost the host differently per layer (``Engine.kernel_cpu_factor``). Empty: not known, or not a quantizer."""
 
 
 # llama.cpp tools/quantize/README.md, Llama-3.1-8B, "bits/weight" row (b4000-era table): the file types
@@ -54,6 +57,10 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
     "fp8": WeightFormat("fp8", 8, "fp8", keeps_embeddings_16bit=True),
     "int8": WeightFormat("int8", 8, "fp16", keeps_embeddings_16bit=True),
     "int4": WeightFormat("int4", 4 + 20 / 128, "fp16", keeps_embeddings_16bit=True),
+    # The same 4-bit groups, from a named quantizer: transformers runs GPTQ's 4-bit layers through the ExLlama
+    # kernel and AWQ's through AutoAWQ's GEMM, whose host costs differ (Engine.kernel_cpu_factor).
+    "gptq-int4": WeightFormat("int4", 4 + 20 / 128, "fp16", keeps_embeddings_16bit=True, kernel="gptq"),
+    "awq": WeightFormat("int4", 4 + 20 / 128, "fp16", keeps_embeddings_16bit=True, kernel="awq"),
     "nf4": WeightFormat("nf4", 4.127, "bf16", keeps_embeddings_16bit=True),
     **{name: WeightFormat(name.upper(), bpw, "fp16", engine_family="gguf")
        for name, bpw in {**_GGML_BLOCK_BPW, **_GGUF_MIX_BPW}.items()},
@@ -69,11 +76,12 @@ GGUF_LADDER = ("q8_0", "q6_k", "q5_k_m", "q4_k_m", "q3_k_m", "q2_k")
 """The llama.cpp file types the advisor offers as smaller weights, largest first: the common
 llama-quantize choices, one per bit width."""
 
-_ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16", "awq": "int4",
-            "gptq": "int4", "gptq-int4": "int4", "awq-int4": "int4", "gptq-int8": "int8", "bnb4": "nf4",
+_ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16",
+            "gptq": "gptq-int4", "awq-int4": "awq", "gptq-int8": "int8", "bnb4": "nf4",
             "4bit": "nf4", "8bit": "int8", "llm.int8": "int8", "f32": "fp32", "mxfp4_moe": "mxfp4"}
-_SAME_BYTES = {"f16": "fp16"}
-"""Formats whose weights take the same bytes under another name: GGUF's F16 is fp16."""
+_SAME_BYTES = {"f16": "fp16", "gptq-int4": "int4", "awq": "int4"}
+"""Formats whose weights take the same bytes under another name: GGUF's F16 is fp16, GPTQ's and AWQ's 4-bit
+groups are int4's."""
 
 KV_BYTES: dict[str, float] = {"fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "q8_0": 34 / 32, "q8": 34 / 32,
                               "q4_0": 18 / 32, "q4": 18 / 32, "fp32": 4.0}

@@ -265,8 +265,9 @@ def _weights_note(spec: ModelSpec, fmt: WeightFormat) -> str:
     if exact_bytes(spec, fmt):
         return _("{params} params at {format}, exact bytes from the file").format(
             params=f"{spec.params:,}", format=fmt.name)
+    name = f"{fmt.kernel.upper()} {fmt.name}" if fmt.kernel else fmt.name
     return _("{params} params at {format} ({bits} bits/weight)").format(
-        params=f"{spec.params:,}", format=fmt.name, bits=f"{fmt.bits_per_weight:.3g}")
+        params=f"{spec.params:,}", format=name, bits=f"{fmt.bits_per_weight:.3g}")
 
 
 _GGUF_COUSIN = {8: "q8_0", 4: "q4_k_m"}

@@ -146,7 +146,9 @@ def _kv_traffic(spec: ModelSpec, runtime: Engine) -> float:
 def _host_factor(runtime: Engine, fmt: WeightFormat) -> float:
     """How much longer the host takes per layer for these weights than for 16-bit ones."""
     quantized = fmt.bits_per_weight < 16 and fmt.engine_family == "torch"
-    return runtime.quantized_cpu_factor if quantized else 1.0
+    if not quantized:
+        return 1.0
+    return dict(runtime.kernel_cpu_factor).get(fmt.kernel, runtime.quantized_cpu_factor)
 
 
 HOST_BOUND = "host (the engine's per-layer launch time)"
