@@ -22,16 +22,23 @@ not inflate, so on a shared, busy machine it resolves what the wall-clock figure
 overhead the profiler reports about itself (timed inside its own hooks), to set against the outside figure, with
 its own time on a plain step and on a detailed (sampled) one, and how many steps of a block were detailed.
 
-Run: ``python benchmarks/profile_overhead.py [--rounds 15] [--device cuda]``.
+The rounds are spread over ``--processes`` fresh interpreters (3 by default) and pooled: a process's own state
+moves every variant in it alike but differs between processes by about as much as the overhead measured, so the
+figure of one process is one draw; each process's figure is printed too.
+
+Run: ``python benchmarks/profile_overhead.py [--rounds 15] [--processes 3] [--device cuda]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import random
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -187,6 +194,47 @@ class Blocks:
     says: dict[str, list[Block]] = field(default_factory=lambda: {name: [] for name in SAYS})
 
 
+def pooled(parts: list[Blocks]) -> Blocks:
+    """The rounds of several processes as one set of rounds (each round stays paired within its process)."""
+    whole = Blocks()
+    for part in parts:
+        for name in VARIANTS:
+            whole.medians[name] += part.medians[name]
+            whole.means[name] += part.means[name]
+            whole.cpu[name] += part.cpu[name]
+        for name in SAYS:
+            whole.says[name] += part.says[name]
+    return whole
+
+
+def blocks_to_json(blocks: Blocks) -> dict[str, object]:
+    says = {name: [[b.gpufly_says_s, b.plain_own_s, b.detailed_own_s, b.detailed] for b in said]
+            for name, said in blocks.says.items()}
+    return {"medians": blocks.medians, "means": blocks.means, "cpu": blocks.cpu, "says": says}
+
+
+def blocks_from_json(data: dict) -> Blocks:
+    blocks = Blocks(medians=data["medians"], means=data["means"], cpu=data["cpu"])
+    for name, said in data["says"].items():
+        blocks.says[name] = [Block([], 0.0, gpufly_says_s=g, plain_own_s=p, detailed_own_s=d, detailed=n)
+                             for g, p, d, n in said]
+    return blocks
+
+
+def in_processes(size: LoopSize, args: argparse.Namespace) -> list[Blocks]:
+    """``args.rounds`` rounds spread over ``args.processes`` fresh interpreters, one after the other: a process's
+    state (where its code and data landed, the interpreter's specialisations) moves every variant of it alike but
+    differs from process to process by about as much as the overhead measured, so one process is one draw."""
+    per = [args.rounds // args.processes + (i < args.rounds % args.processes) for i in range(args.processes)]
+    parts = []
+    for rounds in per:
+        command = [sys.executable, __file__, "--child", size.name, "--rounds", str(rounds), "--device", args.device,
+                   "--threads", str(args.threads)]
+        done = subprocess.run(command, capture_output=True, text=True, check=True)
+        parts.append(blocks_from_json(json.loads(done.stdout.strip().splitlines()[-1])))
+    return parts
+
+
 def measure(size: LoopSize, device: str, rounds: int) -> Blocks:
     loop = Loop.build(size, device)
     plain(loop)  # warm the allocator, the kernels and the optimizer state
@@ -222,10 +270,12 @@ def pct(triple: tuple[float, float, float]) -> str:
     return f"{middle:+6.2f}% [{low:+.2f}, {high:+.2f}]"
 
 
-def report(size: LoopSize, blocks: Blocks) -> None:
+def report(size: LoopSize, parts: list[Blocks]) -> None:
+    blocks = pooled(parts)
     step_ms = statistics.median(blocks.medians["plain"]) * 1000
     print(f"\n{size.name}: MLP 512-{size.width}-{size.width}-10, Adam, batch {size.batch}, "
-          f"{len(blocks.medians['plain'])} rounds x {size.steps} steps; plain median step {step_ms:.3f} ms")
+          f"{len(blocks.medians['plain'])} rounds x {size.steps} steps in {len(parts)} process(es); plain median "
+          f"step {step_ms:.3f} ms")
     print(f"{'':16}{'median step ms':>15}{'overhead: median step [95%]':>31}{'mean step [95%]':>28}"
           f"{'thread CPU time [95%]':>28}")
     for name in VARIANTS:
@@ -234,6 +284,10 @@ def report(size: LoopSize, blocks: Blocks) -> None:
             row += "".join(f"{pct(interval(overheads(blocks, name, kind))):>{width}}"
                            for kind, width in (("median", 31), ("mean", 28), ("cpu", 28)))
         print(row)
+    if len(parts) > 1:
+        for name in ("gpufly", "gpufly profile"):
+            each = ", ".join(f"{100 * statistics.median(overheads(part, name, 'median')):+.2f}%" for part in parts)
+            print(f"{name}: median step overhead in each process: {each}")
     step_s = statistics.median(blocks.medians["plain"])
     for name, said_blocks in blocks.says.items():
         says = median_of([b.gpufly_says_s for b in said_blocks])
@@ -256,15 +310,22 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (1: a busy 2-core machine's spinning OpenMP threads swamp the figure)")
+    parser.add_argument("--processes", type=int, default=3,
+                        help="fresh interpreters the rounds are spread over (pooled; each one's figure is shown too)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.child:
+        size = next(loop for loop in LOOPS if loop.name == args.child)
+        print(json.dumps(blocks_to_json(measure(size, args.device, args.rounds))))
+        return
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "CPU"
     load = " ".join(f"{value:.2f}" for value in os.getloadavg())
     print(f"profiler overhead on {args.device} ({name}, {os.cpu_count()} CPUs, load average {load}), "
           f"torch {torch.__version__}, Python {platform.python_version()}, gpufly {gpufly.__version__}, "
           f"{torch.get_num_threads()} torch threads; variants interleaved, order rotated each round")
     for size in LOOPS:
-        report(size, measure(size, args.device, args.rounds))
+        report(size, in_processes(size, args) if args.processes > 1 else [measure(size, args.device, args.rounds)])
     load = " ".join(f"{value:.2f}" for value in os.getloadavg())
     print(f"\nload average at the end: {load}")
 

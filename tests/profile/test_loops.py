@@ -49,17 +49,28 @@ def test_item_every_step_is_diagnosed_as_sync_points() -> None:
 
 
 def test_by_default_syncs_are_counted_on_the_sampled_steps_only_and_reported_per_sampled_step() -> None:
-    """The wrappers are in place only during the detailed steps: the other steps' .item() calls cost nothing and
-    are not counted, and the per-step figure is over the steps that counted."""
-    sampling = Sampling(first=4, window=2, share=0.25)
-    prof = loops.clean(item_every_step=True, steps=60, sampling=sampling)
+    """The wrappers are in place only during the detailed steps, and of the windows after the first run of them
+    only one in ``syncs_every``: the other steps' .item() calls cost nothing and are not counted, and the per-step
+    figure is over the steps that counted."""
+    sampling = Sampling(first=4, window=2, share=0.25, syncs_every=3)
+    prof = loops.clean(item_every_step=True, steps=120, sampling=sampling)
     data = prof.data
-    detailed = [s.index for s in data.steps if s.detailed]
-    assert detailed[:7] == list(range(7)), "the 3 warm-up steps and the first 4 measured ones"
-    assert 7 < len(detailed) < 60, detailed
-    assert all(s.syncs == (1 if s.detailed else 0) for s in data.steps)
-    assert data.sync_calls == {".item()": len(detailed)} and data.per_step("syncs") == 1.0
-    assert all((s.forward_s is not None) == s.detailed for s in data.steps), "forward hooks only when detailed"
+    detailed = [s for s in data.steps if s.detailed]
+    assert [s.index for s in detailed[:7]] == list(range(7)), "the 3 warm-up steps and the first 4 measured ones"
+    assert 7 < len(detailed) < 120
+    counted = [s for s in detailed if s.syncs_counted]
+    assert all(s.syncs_counted for s in detailed[:7]), "the first run of detailed steps counts syncs"
+    runs: list[list] = []  # runs of consecutive detailed steps: each opened the wrappers once, or not
+    for step in detailed:
+        if runs and runs[-1][-1].index == step.index - 1:
+            runs[-1].append(step)
+        else:
+            runs.append([step])
+    assert len(runs) >= 6
+    assert [{s.syncs_counted for s in run} for run in runs] == [{n % 3 == 0} for n in range(len(runs))]
+    assert all(s.syncs == (1 if s in counted else 0) for s in data.steps)
+    assert data.sync_calls == {".item()": len(counted)} and data.per_step("syncs") == 1.0
+    assert all((s.forward_s is not None) == s.detailed for s in data.steps), "forward hooks in every window"
     assert data.overhead is not None and data.overhead.detailed_steps == len(detailed)
     assert "sync_points" in _rules(prof)
 

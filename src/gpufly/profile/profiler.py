@@ -9,8 +9,8 @@
 What it costs per step: a few clock readings on every step (a step not looked inside is kept as its numbers,
 made a record when ``finish`` reads the steps); on a sample of the steps (``Sampling``: the warm-up, the first
 8 measured, then about 1 in 16 in windows of 16, and 1 in 64 once 64 have been looked inside), the model's
-forward hooks and a counter on each ``.item()``-like call (those methods are wrapped only during the sampled
-steps), and a memory reading at the end of each window.
+forward hooks, a counter on each ``.item()``-like call (those methods are wrapped only for the first sampled
+steps and one window in four after them: ``Sampling.syncs_every``), and a memory reading at the end of each window.
 The time spent in gpufly's own code is timed and reported with every result (``ProfileData.overhead``). The
 step boundary is the end of ``with prof.step()`` (or the call of ``prof.step()`` used as a marker, or an
 optimizer step, or, with none of those, the next fetch from the loader).
@@ -72,6 +72,10 @@ class Profiler:
         if trace_steps:
             self.steps.on_step.append(self._advance_trace)
         self.steps.on_detail.append(self._detail)
+        self._sampling = sampling
+        self._windows = 0
+        """Runs of detailed steps opened so far: the sync counter goes in for the first and one in
+        ``sampling.syncs_every`` after it."""
         self.gpu: GpuWatch | None = None
         self._context = StepContext(self.steps)
         self._device_given = device is not None
@@ -177,7 +181,11 @@ class Profiler:
     def _detail(self, detailed: bool) -> None:
         """The steps from now on are looked inside (wrappers and forward hooks on), or no longer are."""
         if detailed:
-            self.syncs.arm()
+            counting = self._windows % self._sampling.syncs_every == 0
+            self._windows += 1
+            self.steps.counting_syncs = counting
+            if counting:
+                self.syncs.arm()
             self.hooks.arm()
             self.memory.arm()
         else:

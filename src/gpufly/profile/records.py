@@ -23,6 +23,8 @@ SCHEMA_VERSION = 1
 DETAILED_ONLY = frozenset({"forward_s", "backward_s", "optimizer_s", "h2d_s", "syncs", "sync_gap_s", "sync_wait_s",
                            "memory_bytes"})
 """What only the detailed (sampled) steps measure; ``wall_s``, ``data_wait_s`` and ``batch_size`` every step has."""
+SYNC_ONLY = frozenset({"h2d_s", "syncs", "sync_gap_s", "sync_wait_s"})
+"""What only the detailed steps with the sync counter in measure (``StepRecord.syncs_counted``)."""
 
 
 def _seconds(value: float) -> None:
@@ -74,6 +76,9 @@ class StepRecord:
     """Time spent inside the sync calls themselves: on a GPU, the host waiting for the device (the stall)."""
     own_s: float | None = field(default=None, metadata=SECONDS)
     """Time the step spent in gpufly's own code (hooks, wrappers, bookkeeping), timed inside it."""
+    syncs_counted: bool = True
+    """Whether this detailed step had the sync counter in (``Sampling.syncs_every``): only those count syncs and
+    copies. Files written before it had the counter in on every detailed step."""
 
 
 @dataclass
@@ -279,7 +284,10 @@ class ProfileData:
         return [s for s in self.measured if s.detailed]
 
     def steps_for(self, attribute: str) -> list[StepRecord]:
-        """The measured steps where ``attribute`` was measured: the detailed ones for what only they measure."""
+        """The measured steps where ``attribute`` was measured: the detailed ones for what only they measure, and of
+        those the ones with the sync counter in for syncs and copies."""
+        if attribute in SYNC_ONLY:
+            return [s for s in self.detailed if s.syncs_counted]
         return self.detailed if attribute in DETAILED_ONLY else self.measured
 
     def median(self, attribute: str) -> float | None:

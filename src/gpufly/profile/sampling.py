@@ -36,12 +36,19 @@ class Sampling:
     """With 64 detailed steps the per-step figures (syncs, the breakdown's shares) are settled and the memory trend
     has its readings; a long run then pays for a quarter as many windows."""
     later_share: float = 1 / 64
+    syncs_every: int = 4
+    """The sync counter goes in for the first run of detailed steps (the warm-up and the first ``first``) and then
+    for one window in this many. It wraps ``torch.Tensor``'s methods, and every change to that class sends the
+    interpreter's specialised attribute lookups on tensors (all of torch's Python code: modules, optimizers) back to
+    their slow path for the next few dozen steps: on the 1 ms loop of ``benchmarks/profile_overhead.py`` about 6 µs
+    a step on the median, as much as all the rest of the profiler's cost. A loop's syncs repeat from step to step, so
+    fewer windows count them as well; the hooks, the breakdown and memory are in every window."""
 
     def __post_init__(self) -> None:
         if (self.first < 0 or self.window < 1 or self.enough < 0 or not 0 < self.share <= 1
-                or not 0 < self.later_share <= 1):
-            raise ValueError("Sampling needs first >= 0, window >= 1, enough >= 0, 0 < share <= 1 and "
-                             "0 < later_share <= 1")
+                or not 0 < self.later_share <= 1 or self.syncs_every < 1):
+            raise ValueError("Sampling needs first >= 0, window >= 1, enough >= 0, 0 < share <= 1, "
+                             "0 < later_share <= 1 and syncs_every >= 1")
 
 
 DEFAULT_SAMPLING = Sampling()

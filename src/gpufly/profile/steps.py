@@ -73,6 +73,8 @@ class StepClock:
         self._sync_gaps: list[float] = []
         self._last_sync_end: float | None = None
         self._detailing: bool | None = None
+        self.counting_syncs = True
+        """Whether the sync counter is in (the profiler says, when a window opens): kept on each detailed step."""
         self._change_at = 0
         """The index of the next step whose detail the schedule must decide (until then, the current one's)."""
 
@@ -271,6 +273,7 @@ class StepClock:
         record.wall_s = wall_s
         record.warmup = record.index < self.warmup
         record.own_s = self.own.take()
+        record.syncs_counted = self.counting_syncs
         if self.schedule.reads_memory(record.index, self._change_at):
             record.memory_bytes = self.read_memory()
         if self._sync_gaps:
