@@ -261,3 +261,19 @@ def test_the_gpu_only_stages_come_with_cuda() -> None:
     assert "reference" not in {s.stage for s in cpu.stages}, "the reference row is not a stage"
     added = {k for s in gpu.stages for k in s.adds} - {k for s in cpu.stages for k in s.adds}
     assert added == {"pin_memory", "prefetch_factor", "compile_dense"} and gpu.stages[-1].adds == {"ddp": 4}
+
+
+def test_the_stage_set_beside_the_hand_written_loop_is_a_safe_one_never_one_whose_accuracy_was_not_judged() -> None:
+    """A stage that ran fast but whose accuracy the run could not judge (the baseline's seeds too far apart) is no
+    "fastest safe" stage: the comparison with the hand-written loop takes the fastest judged-safe one."""
+    from gpufly.tune.stages import fastest_safe
+
+    def row(stage: str, speedup: float, **extra: Any) -> TrialResult:
+        result = TrialResult(stage, {}, "ok", throughput=100 * speedup, speedup=speedup, batch_size=256, **extra)
+        result.stage = stage
+        return result
+
+    results = [row("batch 2048", 9.0, unjudged="seeds"), row("sparse", 3.0), row("fused", 2.0)]
+    chosen = fastest_safe(results)
+    assert chosen is not None and chosen.name == "sparse"
+    assert fastest_safe([row("batch 2048", 9.0, unjudged="seeds")]) is None

@@ -177,8 +177,8 @@ def named_winner(results: list[TrialResult]) -> TrialResult | None:
 
 def fastest_safe(results: list[TrialResult], batch_size: int | None = None) -> TrialResult | None:
     """The stage with the highest speedup so far among the safe ones (the baseline, its seed and the reference
-    excluded), at ``batch_size`` when one is given."""
-    safe = [r for r in results if r.role == "trial" and r.usable and r.speedup is not None
+    excluded; a stage whose accuracy could not be judged is not safe), at ``batch_size`` when one is given."""
+    safe = [r for r in results if r.role == "trial" and r.usable and r.verdict == "safe" and r.speedup is not None
             and r.stage not in (None, REFERENCE.stage) and batch_size in (None, r.batch_size)]
     return max(safe, key=lambda r: r.speedup or 0.0, default=None)
 
