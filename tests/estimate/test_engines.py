@@ -104,6 +104,7 @@ def test_exllamav2_holds_the_kv_cache_for_the_whole_context(llama8b: ModelSpec) 
     ("ollama", "int4", "transformers"),
     ("transformers", "q4f16_1", "mlc-llm"),
     ("vllm", "exl2", "exllamav2"),
+    ("exllamav2", "awq", "vllm"),
 ])
 def test_a_format_the_engine_cannot_run_is_refused_naming_those_that_can(name: str, quant: str, able: str) -> None:
     with pytest.raises(GpuflyError) as caught:
@@ -121,7 +122,8 @@ def test_the_refusal_comes_before_any_estimate(llama8b: ModelSpec) -> None:
 
 
 @pytest.mark.parametrize(("name", "quant"), [("sglang", "int4"), ("tensorrt-llm", "fp8"), ("exllamav2", "exl2"),
-                                             ("exllamav2", "gptq"), ("mlc-llm", "q4f16_1"), ("ollama", "q8_0")])
+                                             ("exllamav2", "gptq"), ("exllamav2", "int4"), ("vllm", "awq"),
+                                             ("mlc-llm", "q4f16_1"), ("ollama", "q8_0")])
 def test_formats_the_engine_runs_are_accepted(name: str, quant: str) -> None:
     check_format(engine(name), weight_format(quant))
 

@@ -120,6 +120,8 @@ class Engine:
     """Whether the engine runs flash attention unless told otherwise (Ollama: off)."""
     like: str = ""
     """The engine this one is a build of (Ollama: llama.cpp): memory rules and constants are that engine's."""
+    runs_quantizers: tuple[str, ...] = ()
+    """The quantizers (WeightFormat.kernel) whose int checkpoints the engine loads; empty: any of them."""
     documented_only: bool = False
     """The constants come from the engine's documentation and first principles, with no fitted rows: its ranges
     are widened and say so (estimate/ranges.py)."""
@@ -137,6 +139,8 @@ class Engine:
         if not self.runs_formats:
             return fmt.engine_family in ("torch", "gguf")
         key = "gguf" if fmt.engine_family == "gguf" else fmt.name.split("-")[0].lower()
+        if fmt.kernel and self.runs_quantizers and fmt.kernel not in self.runs_quantizers:
+            return False
         return key in self.runs_formats
 
 
@@ -272,7 +276,7 @@ ENGINES: dict[str, Engine] = {
                         cpu_s_per_layer=1.0e-4, step_overhead_s=1.0e-3, layer_overhead_s=0.0,
                         kv_traffic_per_group=0.0, prefill_compute_efficiency=0.50, kv_formats=("fp16",),
                         splits_layers=True, label="ExLlamaV2", runs_formats=("fp16", "bf16", "int4", "exl2"),
-                        activation_tokens=EXLLAMAV2_MAX_INPUT_LEN, documented_only=True),
+                        runs_quantizers=("gptq",), activation_tokens=EXLLAMAV2_MAX_INPUT_LEN, documented_only=True),
     # MLC LLM: the model compiled by TVM into fused kernels, a paged KV cache of its own, no PyTorch (a bare CUDA
     # context and TVM's workspace). Its q4f16_1 weights: 4 bits with an fp16 scale per 32.
     "mlc-llm": Engine("mlc-llm", 512 * MIB, bandwidth_efficiency=0.80, hbm_bandwidth_factor=1.0, cpu_s_per_layer=0.0,

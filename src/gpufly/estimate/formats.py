@@ -31,6 +31,11 @@ class WeightFormat:
     """The checkpoint's quantizer where a PyTorch engine runs it through its own kernels ("gptq", "awq"): they
     cost the host differently per layer (``Engine.kernel_cpu_factor``). Empty: not known, or not a quantizer."""
 
+    @property
+    def label(self) -> str:
+        """The name as the user reads it: "AWQ int4" where the quantizer is known, else the name."""
+        return f"{self.kernel.upper()} {self.name}" if self.kernel else self.name
+
 
 # llama.cpp tools/quantize/README.md, Llama-3.1-8B, "bits/weight" row (b4000-era table): the file types
 # llama-quantize writes, each a mix that keeps some tensors (output, attn_v, ffn_down) at higher types.

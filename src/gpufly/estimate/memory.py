@@ -265,9 +265,8 @@ def _weights_note(spec: ModelSpec, fmt: WeightFormat) -> str:
     if exact_bytes(spec, fmt):
         return _("{params} params at {format}, exact bytes from the file").format(
             params=f"{spec.params:,}", format=fmt.name)
-    name = f"{fmt.kernel.upper()} {fmt.name}" if fmt.kernel else fmt.name
     return _("{params} params at {format} ({bits} bits/weight)").format(
-        params=f"{spec.params:,}", format=name, bits=f"{fmt.bits_per_weight:.3g}")
+        params=f"{spec.params:,}", format=fmt.label, bits=f"{fmt.bits_per_weight:.3g}")
 
 
 _GGUF_COUSIN = {8: "q8_0", 4: "q4_k_m"}
@@ -280,8 +279,8 @@ def check_format(runtime: Engine, fmt: WeightFormat) -> None:
         return
     able = [other.name for other in ENGINES.values() if other.runs(fmt)
             and (fmt.engine_family == "gguf") == (other.family == "llama.cpp")]
-    raise GpuflyError(_("{engine} does not run {format} weights").format(engine=runtime.display, format=fmt.name),
-                      hint=_("engines that run {format}: {engines}").format(format=fmt.name, engines=", ".join(able)))
+    raise GpuflyError(_("{engine} does not run {format} weights").format(engine=runtime.display, format=fmt.label),
+                      hint=_("engines that run {format}: {engines}").format(format=fmt.label, engines=", ".join(able)))
 
 
 def engine_format_note(runtime: Engine, fmt: WeightFormat) -> str | None:
