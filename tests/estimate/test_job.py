@@ -34,6 +34,25 @@ def test_a_gguf_file_brings_its_own_format(llama) -> None:
     assert Job.from_options(from_file, quant="bf16").quant == "bf16"
 
 
+def test_a_quantized_checkpoints_config_brings_its_format_for_inference(tmp_path) -> None:
+    """An AWQ or GPTQ repository's config.json states its quantization: `fit` takes it when --quant is not given
+    (a silent bf16 would count 3.7x the weights), and --quant still overrides it."""
+    import json
+    from pathlib import Path
+
+    from gpufly.models.hf_config import load_config_file
+
+    base = load_config_file(Path(__file__).parent.parent / "fixtures" / "configs" / "llama-3.1-8b")
+    for method, bits, quant in (("awq", 4, "awq"), ("gptq", 4, "gptq-int4"), ("gptq", 8, "int8")):
+        path = tmp_path / method / str(bits) / "config.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({**base, "quantization_config": {"quant_method": method, "bits": bits}}))
+        spec = load_model(str(path))
+        assert Job.from_options(spec).quant == quant
+        assert Job.from_options(spec, quant="bf16").quant == "bf16"
+        assert Job.from_options(spec, task="lora").quant == "bf16", "training keeps its own recipe"
+
+
 def test_fp32_turns_the_default_precision_and_mixed_precision_off(llama) -> None:
     job = Job.from_options(llama, task="full", fp32=True)
     assert (job.quant, job.mixed_precision) == ("fp32", False)

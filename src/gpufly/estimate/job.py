@@ -202,7 +202,9 @@ class Job:
         internode = resolve_internode(internode).name if internode is not None else ""
         from_file = spec.weight_format if spec.source.startswith("gguf:") else None
         runtime = check_engine(engine) if engine is not None and task == "infer" else None
-        quant = quant or (from_file.lower() if from_file else (runtime.default_quant if runtime else "") or "bf16")
+        # A GGUF file's type, or the quantization a checkpoint's config.json states (an AWQ or GPTQ repository).
+        stored = from_file or (spec.weight_format if task == "infer" else None)
+        quant = quant or (stored.lower() if stored else (runtime.default_quant if runtime else "") or "bf16")
         fmt = weight_format(quant)
         kv_bytes(kv_format)
         if engine is None:

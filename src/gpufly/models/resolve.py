@@ -31,13 +31,44 @@ def from_config(data: dict, name: str, source: str, where: str, exact: bool = Fa
     known = data.get("model_type") in SUPPORTED or "text_config" in data
     try:
         if not known and transformers_available():
-            return _generic(data, name, source, where)
-        return _known(data, name, source, where, exact and transformers_available())
+            spec = _generic(data, name, source, where)
+        else:
+            spec = _known(data, name, source, where, exact and transformers_available())
+        stored = checkpoint_format(data)
+        return dataclasses.replace(spec, weight_format=stored) if stored else spec
     except GpuflyError:
         raise
     except (TypeError, ValueError, ZeroDivisionError, KeyError, AttributeError, IndexError) as exc:
         raise GpuflyError(f"{where}: cannot read this config.json ({type(exc).__name__}: {exc})",
                           hint="compare its fields with the model's published config.json") from exc
+
+
+QUANT_METHODS = {("gptq", 4): "gptq-int4", ("awq", 4): "awq", ("gptq", 8): "int8", ("fp8", 8): "fp8",
+                 ("bitsandbytes", 4): "nf4", ("bitsandbytes", 8): "int8"}
+"""A quantized checkpoint's ``quantization_config`` (its ``quant_method`` and bits) -> gpufly's --quant name."""
+
+
+def checkpoint_format(data: dict) -> str | None:
+    """The weight format a quantized checkpoint's config.json states (``quantization_config``), which `fit` takes
+    when --quant is not given; None for a 16-bit checkpoint or a method gpufly does not model.
+
+    >>> checkpoint_format({"quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}})
+    'awq'
+    >>> checkpoint_format({"quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True}})
+    'nf4'
+    >>> checkpoint_format({"model_type": "llama"}) is None
+    True
+    """
+    config = data.get("quantization_config")
+    if not isinstance(config, dict):
+        return None
+    method = str(config.get("quant_method", "")).lower()
+    bits = config.get("bits")
+    if method == "bitsandbytes":
+        bits = 4 if config.get("load_in_4bit") else 8 if config.get("load_in_8bit") else None
+    elif method == "fp8":
+        bits = 8
+    return QUANT_METHODS.get((method, bits)) if isinstance(bits, int) else None
 
 
 def _generic(data: dict, name: str, source: str, where: str) -> ModelSpec:
