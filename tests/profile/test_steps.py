@@ -63,7 +63,7 @@ def test_with_step_the_step_ends_with_the_block_and_a_marker_where_it_was_called
     marked = started(clock)
     for _ in marked.iterate(marked.track_loader(object()), slow_batches(clock, 3, wait_s=0.001)):
         clock.advance(0.002)
-        marked.mark()
+        StepContext(marked).marker()  # prof.step() called alone
         clock.advance(0.050)  # after the marker, before the next fetch: the next step's time
     marked.commit_marker()
     assert [s.wall_s for s in marked.steps] == pytest.approx([0.003, 0.053, 0.053])

@@ -163,16 +163,6 @@ class StepClock:
 
     # -- step markers --------------------------------------------------------------------------
 
-    def mark(self) -> None:
-        """``prof.step()``: the step ends now, unless ``with`` makes this call the start of one."""
-        at = self.clock()
-        if self._pending_marker is not None:
-            self.commit_marker()
-        self._pending_marker = at
-        own = self.own
-        own.step_s += self.clock() - at
-        own.calls += 1
-
     def begin_step(self) -> None:
         """``with prof.step():`` entered: the call was not a marker, and the user marks steps."""
         self._pending_marker = None
@@ -323,8 +313,8 @@ class StepClock:
 class StepContext:
     """What ``prof.step()`` returns: a marker when called alone, the step's extent when used with ``with``.
 
-    It runs on every step of the loop, so ``marker``, ``__enter__`` and ``__exit__`` do ``StepClock.mark``,
-    ``begin_step`` and ``end_step``'s work themselves instead of calling them: code that runs just after a
+    It runs on every step of the loop, so ``__enter__`` and ``__exit__`` do ``StepClock.begin_step`` and
+    ``end_step``'s work themselves instead of calling them: code that runs just after a
     millisecond of framework work finds the interpreter's caches cold, and there each extra call costs a
     microsecond or more (about 0.1% of a 1 ms step), several times what it costs in a tight loop."""
 
@@ -334,7 +324,8 @@ class StepContext:
         self._own = steps.own
 
     def marker(self) -> StepContext:
-        """``prof.step()``: the step ends now, unless ``with`` makes this call the start of one (``mark``, inline)."""
+        """``prof.step()``: the step ends now, unless ``with`` makes this call the start of one (``begin_step`` then
+        takes the marker back)."""
         steps = self._steps
         at = self._clock()
         if steps._pending_marker is not None:
