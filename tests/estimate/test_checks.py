@@ -83,3 +83,20 @@ def test_fit_on_a_two_die_card_holds_one_die(catalog) -> None:
     assert any("Twin is 2 devices to the software" in note and "0.5 card" in note for note in one.notes)
     both = fit(LLAMA, TWO_DIES, Job(gpus=2))
     assert any("2 is 1 card" in note for note in both.notes)
+
+
+def test_awq_weights_need_a_turing_or_newer_nvidia_gpu(catalog) -> None:
+    """vLLM (and SGLang) check AWQ's minimum capability, 7.5, at start: refused there; transformers' AutoAWQ states the
+    same requirement: a note. GPTQ, Turing and newer cards, and other vendors are left alone."""
+    from gpufly.estimate.advise import parse_gpu
+    from gpufly.estimate.checks import awq_note
+
+    pascal, volta, turing = (parse_gpu(name, catalog).spec for name in ("gtx 1080 ti", "tesla v100 sxm2 32gb", "t4"))
+    note = awq_note(pascal, Job(quant="awq"))
+    assert note is not None and "7.5" in note and "6.1" in note and "--quant gptq" in note
+    with pytest.raises(GpuflyError) as refused:
+        awq_note(volta, Job(quant="awq", engine="vllm"))
+    assert "refuses AWQ weights" in refused.value.message and "7.0" in refused.value.message
+    assert awq_note(turing, Job(quant="awq", engine="vllm")) is None
+    assert awq_note(pascal, Job(quant="gptq")) is None and awq_note(pascal, Job(quant="int4")) is None
+    assert awq_note(pascal, Job(task="lora", quant="awq")) is None

@@ -144,6 +144,30 @@ def bf16_note(gpu: GpuSpec, job: Job) -> str | None:
                                                                                   cc=gpu.compute_capability)
 
 
+AWQ_MIN_CAPABILITY = (7, 5)
+"""AWQ's 4-bit kernels need Turing or newer on NVIDIA: vLLM's AWQConfig.get_min_capability is 75 ("The AWQ kernel only
+supports Turing or newer GPUs"; SGLang loads through the same check), and AutoAWQ, which transformers runs AWQ
+checkpoints through, states "Your NVIDIA GPU(s) must be of Compute Capability 7.5" in its README."""
+AWQ_ENGINES_REFUSE = ("vllm", "sglang")
+
+
+def awq_note(gpu: GpuSpec, job: Job) -> str | None:
+    """An AWQ checkpoint on an NVIDIA GPU older than Turing (Pascal, Volta): refused where the engine checks the
+    capability at start (vLLM, SGLang); elsewhere a note that AutoAWQ's kernels do not support the card."""
+    if job.training or gpu.vendor != "nvidia" or not gpu.compute_capability:
+        return None
+    if (weight_format(job.quant).kernel != "awq"
+            or parse_compute_capability(gpu.compute_capability) >= AWQ_MIN_CAPABILITY):
+        return None
+    if job.engine in AWQ_ENGINES_REFUSE:
+        raise GpuflyError(f"{engine(job.engine).display} refuses AWQ weights on the {gpu.name} (compute capability "
+                          f"{gpu.compute_capability}; its AWQ kernels need 7.5 or newer)",
+                          hint="use a GPTQ int4 checkpoint (--quant gptq) or a GGUF type with --engine llama.cpp")
+    return _("AWQ's kernels (AutoAWQ) need compute capability 7.5 or newer; the {gpu} has {cc}: this checkpoint may "
+             "not load on it; a GPTQ int4 checkpoint (--quant gptq) or llama.cpp runs there").format(
+        gpu=gpu.name, cc=gpu.compute_capability)
+
+
 def check_soc_count(gpu: GpuSpec, job: Job) -> None:
     """A system on a chip (Apple's M-series, NVIDIA's GB10) is one GPU per machine: two of them in one node do not
     exist; machines are --nodes."""
@@ -156,5 +180,6 @@ def check_job(model: ModelSpec, gpu: GpuSpec, job: Job) -> tuple[str, ...]:
     """Refuse what a real run would refuse; the notes for what it would run with a caveat."""
     check_tensor_parallel(model, job)
     check_soc_count(gpu, job)
-    notes = (context_note(model, job), die_note(gpu, job.gpus), check_nodes(job), bf16_note(gpu, job))
+    notes = (context_note(model, job), die_note(gpu, job.gpus), check_nodes(job), bf16_note(gpu, job),
+             awq_note(gpu, job))
     return tuple(note for note in notes if note)
