@@ -128,20 +128,31 @@ only supported on GPUs with compute capability of at least 8.0 ... use float16 i
 (which loads models through vLLM's config checks) and TensorRT-LLM (bf16 kernels need SM 8.0)."""
 
 
+def _inference_below(gpu: GpuSpec, job: Job, minimum: tuple[int, int]) -> bool:
+    """Whether the job is inference on an NVIDIA GPU whose compute capability is under ``minimum``."""
+    return (not job.training and gpu.vendor == "nvidia" and gpu.compute_capability is not None
+            and parse_compute_capability(gpu.compute_capability) < minimum)
+
+
+def _refused_or_noted(gpu: GpuSpec, job: Job, refusing: tuple[str, ...], what: str, why: str, hint: str,
+                      note: str) -> str:
+    """Refused where the job's engine stops at start on ``what`` on this GPU; elsewhere the ``note``."""
+    if job.engine in refusing:
+        raise GpuflyError(f"{engine(job.engine).display} refuses {what} on the {gpu.name} (compute capability "
+                          f"{gpu.compute_capability}; {why})", hint=hint)
+    return note
+
+
 def bf16_note(gpu: GpuSpec, job: Job) -> str | None:
     """bf16 weights on an NVIDIA GPU older than Ampere (compute capability under 8.0: V100, T4, RTX 20xx): refused where
     the engine refuses them; for transformers, which runs them without tensor cores, a note pointing at fp16."""
-    if job.training or gpu.vendor != "nvidia" or not gpu.compute_capability:
+    if weight_format(job.quant).compute_dtype != "bf16" or not _inference_below(gpu, job, (8, 0)):
         return None
-    if weight_format(job.quant).compute_dtype != "bf16" or parse_compute_capability(gpu.compute_capability) >= (8, 0):
-        return None
-    if job.engine in BF16_ENGINES_REFUSE:
-        raise GpuflyError(f"{engine(job.engine).display} refuses bf16 on the {gpu.name} (compute capability "
-                          f"{gpu.compute_capability}; bf16 needs 8.0 or newer)",
-                          hint="use --quant fp16 (vLLM: --dtype half)")
-    return _("the {gpu} (compute capability {cc}) has no bf16 tensor cores: bf16 matmuls run without them, far "
-             "slower than the speed below says; --quant fp16 runs on them").format(gpu=gpu.name,
-                                                                                  cc=gpu.compute_capability)
+    return _refused_or_noted(
+        gpu, job, BF16_ENGINES_REFUSE, "bf16", "bf16 needs 8.0 or newer", "use --quant fp16 (vLLM: --dtype half)",
+        _("the {gpu} (compute capability {cc}) has no bf16 tensor cores: bf16 matmuls run without them, far "
+          "slower than the speed below says; --quant fp16 runs on them").format(
+            gpu=gpu.name, cc=gpu.compute_capability))
 
 
 AWQ_MIN_CAPABILITY = (7, 5)
@@ -154,18 +165,14 @@ AWQ_ENGINES_REFUSE = ("vllm", "sglang")
 def awq_note(gpu: GpuSpec, job: Job) -> str | None:
     """An AWQ checkpoint on an NVIDIA GPU older than Turing (Pascal, Volta): refused where the engine checks the
     capability at start (vLLM, SGLang); elsewhere a note that AutoAWQ's kernels do not support the card."""
-    if job.training or gpu.vendor != "nvidia" or not gpu.compute_capability:
+    if weight_format(job.quant).kernel != "awq" or not _inference_below(gpu, job, AWQ_MIN_CAPABILITY):
         return None
-    if (weight_format(job.quant).kernel != "awq"
-            or parse_compute_capability(gpu.compute_capability) >= AWQ_MIN_CAPABILITY):
-        return None
-    if job.engine in AWQ_ENGINES_REFUSE:
-        raise GpuflyError(f"{engine(job.engine).display} refuses AWQ weights on the {gpu.name} (compute capability "
-                          f"{gpu.compute_capability}; its AWQ kernels need 7.5 or newer)",
-                          hint="use a GPTQ int4 checkpoint (--quant gptq) or a GGUF type with --engine llama.cpp")
-    return _("AWQ's kernels (AutoAWQ) need compute capability 7.5 or newer; the {gpu} has {cc}: this checkpoint may "
-             "not load on it; a GPTQ int4 checkpoint (--quant gptq) or llama.cpp runs there").format(
-        gpu=gpu.name, cc=gpu.compute_capability)
+    return _refused_or_noted(
+        gpu, job, AWQ_ENGINES_REFUSE, "AWQ weights", "its AWQ kernels need 7.5 or newer",
+        "use a GPTQ int4 checkpoint (--quant gptq) or a GGUF type with --engine llama.cpp",
+        _("AWQ's kernels (AutoAWQ) need compute capability 7.5 or newer; the {gpu} has {cc}: this checkpoint may "
+          "not load on it; a GPTQ int4 checkpoint (--quant gptq) or llama.cpp runs there").format(
+            gpu=gpu.name, cc=gpu.compute_capability))
 
 
 def check_soc_count(gpu: GpuSpec, job: Job) -> None:
