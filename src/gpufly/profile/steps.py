@@ -401,7 +401,7 @@ def size_reader(example: Any) -> Callable[[Any], int | None]:
             return batch_size_of(batch)
 
         return tensor
-    if issubclass(kind, list | tuple) and example and hasattr(example[0], "shape"):
+    if _sequence_of_tensors(example) is not None:
         def first(batch: Any) -> int | None:
             if type(batch) is kind:
                 try:
