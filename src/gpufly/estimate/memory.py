@@ -296,7 +296,7 @@ def engine_format_note(runtime: Engine, fmt: WeightFormat) -> str | None:
     if fmt.engine_family == "torch" and runtime.name == "llama.cpp" and fmt.bits_per_weight < 16:
         cousin = _GGUF_COUSIN.get(round(fmt.bits_per_weight), "q4_k_m")
         return _("llama.cpp does not run {format} weights (it runs GGUF types): --quant {nearest} is its nearest "
-                 "format").format(format=fmt.name, nearest=cousin)
+                 "format").format(format=fmt.label, nearest=cousin)
     return None
 
 
