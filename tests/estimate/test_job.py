@@ -53,6 +53,31 @@ def test_a_quantized_checkpoints_config_brings_its_format_for_inference(tmp_path
         assert Job.from_options(spec, task="lora").quant == "bf16", "training keeps its own recipe"
 
 
+@pytest.mark.parametrize(("stated", "said"), [
+    ({"quant_method": "hqq", "nbits": 4}, "quant_method 'hqq', bits not stated"),
+    ({"quant_method": "gptq", "bits": "four"}, "quant_method 'gptq', bits four"),
+    ({"quant_method": "gptq", "bits": 3}, "quant_method 'gptq', bits 3"),
+    ("gptq", "a str, not a table"),
+])
+def test_a_quantization_config_gpufly_cannot_read_asks_for_quant(tmp_path, stated, said) -> None:  # type: ignore[no-untyped-def]
+    """Counted at 16 bits, an unread quantized checkpoint's weights would be 2-4x too large with nothing said:
+    inference asks for --quant instead, and --quant (or a training task, which keeps its recipe) goes on."""
+    import json
+    from pathlib import Path
+
+    from gpufly.models.hf_config import load_config_file
+
+    base = load_config_file(Path(__file__).parent.parent / "fixtures" / "configs" / "llama-3.1-8b")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**base, "quantization_config": stated}))
+    spec = load_model(str(path))
+    with pytest.raises(GpuflyError, match="quantization gpufly cannot read") as raised:
+        Job.from_options(spec)
+    assert said in str(raised.value) and "--quant" in (raised.value.hint or "")
+    assert Job.from_options(spec, quant="int4").quant == "int4"
+    assert Job.from_options(spec, task="lora").quant == "bf16"
+
+
 def test_fp32_turns_the_default_precision_and_mixed_precision_off(llama) -> None:
     job = Job.from_options(llama, task="full", fp32=True)
     assert (job.quant, job.mixed_precision) == ("fp32", False)

@@ -204,6 +204,11 @@ class Job:
         runtime = check_engine(engine) if engine is not None and task == "infer" else None
         # A GGUF file's type, or the quantization a checkpoint's config.json states (an AWQ or GPTQ repository).
         stored = from_file or (spec.weight_format if task == "infer" else None)
+        if task == "infer" and not quant and not stored and spec.unread_quantization:
+            raise GpuflyError(f"{spec.name}: its config.json states a quantization gpufly cannot read "
+                              f"({spec.unread_quantization}), so the weights' size is unknown",
+                              hint="say how the weights are stored with --quant, e.g. --quant int4 (4-bit) or "
+                                   "--quant int8; without it they would be counted at 16 bits")
         quant = quant or (stored.lower() if stored else (runtime.default_quant if runtime else "") or "bf16")
         fmt = weight_format(quant)
         kv_bytes(kv_format)

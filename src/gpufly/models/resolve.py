@@ -35,7 +35,10 @@ def from_config(data: dict, name: str, source: str, where: str, exact: bool = Fa
         else:
             spec = _known(data, name, source, where, exact and transformers_available())
         stored = checkpoint_format(data)
-        return dataclasses.replace(spec, weight_format=stored) if stored else spec
+        if stored:
+            return dataclasses.replace(spec, weight_format=stored)
+        unread = unread_quantization(data)
+        return dataclasses.replace(spec, unread_quantization=unread) if unread else spec
     except GpuflyError:
         raise
     except (TypeError, ValueError, ZeroDivisionError, KeyError, AttributeError, IndexError) as exc:
@@ -69,6 +72,28 @@ def checkpoint_format(data: dict) -> str | None:
     elif method == "fp8":
         bits = 8
     return QUANT_METHODS.get((method, bits)) if isinstance(bits, int) else None
+
+
+def unread_quantization(data: dict) -> str | None:
+    """What a config.json's ``quantization_config`` states, in words, when ``checkpoint_format`` cannot map it to
+    a format (a method gpufly does not model, bits missing or not a number, a value that is not a table); None
+    without one. Counted at 16 bits, such a checkpoint's weights would be 2-4x too large, and nothing would say so.
+
+    >>> unread_quantization({"quantization_config": {"quant_method": "hqq", "nbits": 4}})
+    "quant_method 'hqq', bits not stated"
+    >>> unread_quantization({"quantization_config": "gptq"})
+    "a str, not a table: 'gptq'"
+    >>> unread_quantization({"model_type": "llama"}) is None
+    True
+    """
+    if "quantization_config" not in data or data["quantization_config"] is None:
+        return None
+    config = data["quantization_config"]
+    if not isinstance(config, dict):
+        return f"a {type(config).__name__}, not a table: {config!r:.40}"
+    method = config.get("quant_method", "not stated")
+    bits = config.get("bits", "not stated")
+    return f"quant_method {method!r}, bits {bits}" if "bits" in config else f"quant_method {method!r}, bits not stated"
 
 
 def _generic(data: dict, name: str, source: str, where: str) -> ModelSpec:

@@ -95,6 +95,9 @@ class ModelSpec:
     """Exact weight bytes when a file states them (GGUF), else None: computed from the format."""
     weight_format: str | None = None
     """The format those bytes are in (e.g. Q4_K_M), when the source fixes it."""
+    unread_quantization: str | None = None
+    """A ``quantization_config`` the checkpoint states that gpufly cannot map to a format (its method and bits, as
+    read): `fit` asks for --quant rather than count such weights at 16 bits."""
     embedding_bytes: int | None = None
     """Exact bytes of the token embedding table when a file states them (GGUF), in ``weight_format``."""
     forward_flops_per_sample: float | None = None
