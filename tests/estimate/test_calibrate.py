@@ -71,3 +71,32 @@ def test_a_bench_file_with_a_wrong_field_is_one_error_naming_it(cli, tmp_path: P
 def test_a_run_whose_figures_are_all_zero_calibrates_nothing(catalog) -> None:
     with pytest.raises(GpuflyError, match="no GEMM or memory figure"):
         calibrated_gpu(catalog.get("4090"), BenchRun.from_dict(gpu_run(0.0, 0.0)))
+
+
+def test_a_healthy_card_keeps_its_datasheet_and_its_own_ceiling_is_the_share(catalog) -> None:
+    """An A100 SXM's published matmul ceiling is 86.9% of its 312 TFLOPS: a run at that ceiling is a healthy card,
+    not a card 16% faster than its datasheet (which 0.75 made it), and nothing measured lifts a figure above it."""
+    a100 = catalog.get("a100-sxm4-80gb")
+    data = gpu_run(0.869 * 312e12, 1.2 * TYPICAL_COPY_SHARE * a100.memory_bandwidth_gbps * 1e9)
+    data["device"].update(name="NVIDIA A100-SXM4-80GB", catalog_id=a100.id)
+    calibrated, notes = calibrated_gpu(a100, BenchRun.from_dict(data))
+    assert calibrated.bf16_tensor_tflops == pytest.approx(312)
+    assert calibrated.memory_bandwidth_gbps == a100.memory_bandwidth_gbps
+    assert all("datasheet is kept" in note for note in notes), notes
+    half = gpu_run(0.5 * 0.869 * 312e12, 9e11)
+    half["device"].update(name="NVIDIA A100-SXM4-80GB", catalog_id=a100.id)
+    assert calibrated_gpu(a100, BenchRun.from_dict(half))[0].bf16_tensor_tflops == pytest.approx(156)
+
+
+def test_a_range_says_narrowed_only_where_the_measurement_narrowed_it(catalog) -> None:
+    """The A100 family has its own training rows: a calibrated A100 keeps that band, and its basis must not claim a
+    narrowing the CLI then prints as 0%."""
+    from gpufly.estimate.job import Job
+    from gpufly.estimate.ranges import band_for, where
+    from gpufly.models.resolve import load_model
+
+    model, a100 = load_model("qwen2.5-1.5b"), catalog.get("a100-sxm4-80gb")
+    job = Job.from_options(model, task="full")
+    plain = band_for(where("training throughput", model, a100, job))
+    measured = band_for(where("training throughput", model, a100, job, calibrated=True))
+    assert measured[:2] == pytest.approx(plain[:2]) and measured[2].narrowed == ""

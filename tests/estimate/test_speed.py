@@ -298,6 +298,17 @@ def test_amp_on_a_card_without_tensor_cores_runs_at_the_fp32_rate() -> None:
     assert amp is not None and fp32 is not None and amp >= fp32, "same matmul rate, half the activation bytes"
 
 
+def test_bf16_before_ampere_runs_at_the_fp32_rate_and_the_mixed_recipe_at_fp16(catalog) -> None:
+    """A T4 has FP16 tensor cores and no bf16 ones: pure-bf16 training there must not be predicted faster than the
+    mixed recipe (which runs fp16 autocast on it), as it was when bf16 fell back to the FP16 tensor rate."""
+    t4 = catalog.get("t4")
+    assert peak_flops(t4, "bf16") == pytest.approx(t4.fp32_tflops * 1e12)
+    assert peak_flops(catalog.get("a100 sxm4 80gb"), "bf16") == pytest.approx(312e12)
+    pure = training_speed(TINY, t4, Job(task="full", context=512, batch=8, master_weights=False)).train_tokens_s
+    mixed = training_speed(TINY, t4, Job(task="full", context=512, batch=8)).train_tokens_s
+    assert pure is not None and mixed is not None and mixed > 1.5 * pure
+
+
 def test_batch_one_is_slower_per_sample_than_batch_eight(catalog) -> None:
     a100 = catalog.get("a100 sxm4 80gb")
     one = training_step_s_per_sample(TINY, a100, Job(task="full", context=512, batch=1))

@@ -4,7 +4,10 @@ The engines' efficiencies (estimate/engines.py) are shares of datasheet peaks, f
 cards. A bench run says how this card compares with a healthy one: a card that reaches the typical
 share of its datasheet keeps its figures, a throttled one (a low power limit, a narrow link, a hot
 case) is scaled down by what it lacks. So a measured ceiling replaces a datasheet figure as
-``measured / typical share``.
+``measured / typical share``, never above the datasheet: a card that measures more than the typical share is
+healthy, and its datasheet is what the efficiencies were fitted against. The typical GEMM share is the card's own
+measured matmul ceiling where one is published (data/matmul_ceilings.json: an A100 SXM reaches 0.869 of its bf16
+rate), else TYPICAL_GEMM_SHARE.
 """
 
 from __future__ import annotations
@@ -40,18 +43,37 @@ def calibrated_gpu(gpu: GpuSpec, run: BenchRun) -> tuple[GpuSpec, list[str]]:
                           hint="leave out --gpu, or pass results measured on that card")
     changes: dict[str, Any] = {}
     notes: list[str] = []
+    gemm_share = typical_gemm_share(gpu)
     for field, name in RATE_BENCHMARKS.items():
         result = run.result(name)
         if result is not None and result.value > 0:
-            changes[field] = result.value / 1e12 / TYPICAL_GEMM_SHARE
-            notes.append(f"{field}: {getattr(gpu, field) or 0:g} -> {changes[field]:.1f} (measured "
-                         f"{result.value / 1e12:.1f} TFLOPS / {TYPICAL_GEMM_SHARE})")
+            changes[field], note = _scaled(getattr(gpu, field), result.value / 1e12, gemm_share, "TFLOPS")
+            notes.append(f"{field}: {note}")
     copy = run.result("memory.copy")
     if copy is not None and copy.value > 0:
-        changes["memory_bandwidth_gbps"] = copy.value / 1e9 / TYPICAL_COPY_SHARE
-        notes.append(f"memory_bandwidth_gbps: {gpu.memory_bandwidth_gbps:g} -> {changes['memory_bandwidth_gbps']:.0f} "
-                     f"(measured {copy.value / 1e9:.0f} GB/s / {TYPICAL_COPY_SHARE})")
+        changes["memory_bandwidth_gbps"], note = _scaled(gpu.memory_bandwidth_gbps, copy.value / 1e9,
+                                                         TYPICAL_COPY_SHARE, "GB/s")
+        notes.append(f"memory_bandwidth_gbps: {note}")
     if not changes:
         raise GpuflyError("the bench results hold no GEMM or memory figure to calibrate with",
                           hint="run gpufly bench --only gemm,memory --save results.json")
     return dataclasses.replace(gpu, **changes), notes
+
+
+def typical_gemm_share(gpu: GpuSpec) -> float:
+    """The share of its datasheet rate a healthy ``gpu``'s best GEMM reaches: its published matmul ceiling
+    (data/matmul_ceilings.json, measured per card) where there is one, else TYPICAL_GEMM_SHARE."""
+    from gpufly.estimate.speed import measured_matmul_share
+
+    return measured_matmul_share(gpu) or TYPICAL_GEMM_SHARE
+
+
+def _scaled(datasheet: float | None, measured: float, share: float, unit: str) -> tuple[float, str]:
+    """The figure a measurement stands for (``measured / share``, capped at ``datasheet``), and the note saying so."""
+    implied = measured / share
+    shown = f"{datasheet or 0:g} -> "
+    how = f"measured {measured:,.1f} {unit} / {share:g}"
+    if datasheet is not None and implied >= datasheet:
+        return datasheet, f"{shown}{datasheet:g} ({how} = {implied:,.1f}: at or above a healthy card's share, the " \
+                          "datasheet is kept)"
+    return implied, f"{shown}{implied:,.1f} ({how})"

@@ -292,11 +292,15 @@ def band_for(where: Where, table: RangeTable | None = None) -> tuple[float, floa
         scale *= OUTSIDE_WIDENING
         widened += outside
     measured = where.calibrated and where.metric not in MEMORY_METRICS
+    widening = table.widening_for(where)
     if not measured:
-        scale *= table.widening_for(where)
+        scale *= widening
+    # Measured ceilings narrow a band only where it was widened for what they stand in for: the GPU family's rows
+    # and the spread between GPUs. A family with its own rows and no spread widening keeps its band, and says so.
+    narrowed = measured and (where.family not in band.families or widening > 1)
     low = min(band.low, -FLOOR) * scale
     high = max(band.high, FLOOR) * scale
-    return low, high, Basis(band.rows, label, tuple(widened), CALIBRATED if measured else "")
+    return low, high, Basis(band.rows, label, tuple(widened), CALIBRATED if narrowed else "")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gpufly.catalog.spec import GpuSpec
+from gpufly.catalog.spec import GpuSpec, parse_compute_capability
 from gpufly.errors import GpuflyError
 from gpufly.estimate.engines import (
     ELEMENTWISE_BANDWIDTH_EFFICIENCY,
@@ -97,7 +97,11 @@ def peak_flops(gpu: GpuSpec, dtype: str, fp16_accumulate: bool = False) -> float
     GPU without tensor cores (Pascal), the faster of its FP16 and FP32 rates: cuBLAS computes a 16-bit GEMM in FP32
     where FP16 arithmetic is slower (a GeForce Pascal card's FP16 runs at 1/64 of its FP32 rate), so AMP on a
     GTX 1080 Ti runs at the FP32 rate. ``fp16_accumulate``: GeForce cards run FP16 with FP16 accumulation at twice
-    their (catalogued) FP32-accumulate rate."""
+    their (catalogued) FP32-accumulate rate. bf16 on an NVIDIA GPU older than Ampere (compute capability under 8.0:
+    Volta, Turing) runs at the FP32 rate: bf16 tensor cores arrived with Ampere (A100 whitepaper), and cuBLAS
+    computes a bf16 GEMM there on the CUDA cores, not at the card's FP16 tensor rate."""
+    if dtype == "bf16" and gpu.bf16_tensor_tflops is None and _before_ampere(gpu):
+        return gpu.fp32_tflops * 1e12 if gpu.fp32_tflops else None
     for name in _RATE_FIELDS[dtype]:
         rate = getattr(gpu, name)
         if rate is not None:
@@ -107,6 +111,12 @@ def peak_flops(gpu: GpuSpec, dtype: str, fp16_accumulate: bool = False) -> float
         rates = [gpu.fp32_tflops or 0.0, *([gpu.fp16_tflops or 0.0] if dtype in ("fp16", "bf16") else [])]
         return max(rates) * 1e12 if max(rates) else None
     return None
+
+
+def _before_ampere(gpu: GpuSpec) -> bool:
+    """An NVIDIA GPU of compute capability under 8.0 (no bf16 tensor cores)."""
+    return (gpu.vendor == "nvidia" and gpu.compute_capability is not None
+            and parse_compute_capability(gpu.compute_capability) < (8, 0))
 
 
 def _bandwidth(gpu: GpuSpec, runtime: Engine, fmt: WeightFormat, gpus: int) -> float:
@@ -465,6 +475,12 @@ def matmul_ceiling(gpu: GpuSpec) -> Ceiling:
     return table.get(gpu.id, table[""])
 
 
+def measured_matmul_share(gpu: GpuSpec) -> float | None:
+    """``gpu``'s own measured matmul ceiling (a share of its dense tensor rate), None where none is published."""
+    found = _ceilings()["matmul"].get(gpu.id)
+    return found.share if found is not None else None
+
+
 def sustained_share(gpu: GpuSpec) -> Ceiling:
     """The share of the matmul ceiling ``gpu``'s architecture holds through a training run (1 unless a run says
     otherwise)."""
@@ -505,8 +521,15 @@ def _attention_forward_flops(spec: ModelSpec, context: int) -> float:
     return 4 * causal * spec.layers * context * spec.heads * head_dim
 
 
-def _training_dtype(job: Job) -> str:
-    return "bf16" if job.mixed_precision else "tf32"
+def _training_dtype(job: Job, gpu: GpuSpec | None = None) -> str:
+    """The matmuls' dtype: tf32 for fp32 training; bf16 for mixed and pure-bf16 training, except the mixed recipe
+    on a GPU without bf16 tensor cores (before Ampere), which runs fp16 autocast (the Trainer and accelerate refuse
+    bf16 there; fp16 is what such a run uses). Pure bf16 has no such fallback: it runs at the FP32 rate."""
+    if not job.mixed_precision:
+        return "tf32"
+    if gpu is not None and job.master_weights and gpu.bf16_tensor_tflops is None and _before_ampere(gpu):
+        return "fp16"
+    return "bf16"
 
 
 def _ceiling_share(gpu: GpuSpec, job: Job) -> float:
@@ -570,7 +593,7 @@ def training_micro_parts(spec: ModelSpec, gpu: GpuSpec, job: Job,
     reachable rate ("compute"), flash attention, the elementwise kernels' memory traffic, the weights' casts and
     gradient accumulation (or QLoRA's dequantization), and the host's launch time where the GPU would wait on it.
     None when the GPU has no usable rate or the model no FLOP count."""
-    peak = peak_flops(gpu, _training_dtype(job))
+    peak = peak_flops(gpu, _training_dtype(job, gpu))
     if peak is None:
         return None
     if not spec.is_transformer:
@@ -701,7 +724,7 @@ def training_speed(spec: ModelSpec, gpu: GpuSpec, job: Job, attention_kernel: st
 
     parts = training_micro_parts(spec, gpu, job, attention_kernel)
     if parts is None:
-        if peak_flops(gpu, _training_dtype(job)) is None:
+        if peak_flops(gpu, _training_dtype(job, gpu)) is None:
             return Speed(why=_("{vendor} publishes no dense tensor rate for the {gpu}").format(
                 vendor=gpu.vendor.upper(), gpu=gpu.name))
         return Speed(why=_("no FLOP count for this model"))
