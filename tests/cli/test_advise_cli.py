@@ -58,6 +58,10 @@ def test_max_ctx_solves_for_the_longest_context(cli) -> None:
     beyond = cli("fit", LLAMA, "--gpu", "4090", "--ctx", str(longest + 1), "--json")
     assert at_limit["results"][0]["fits"] is True
     assert json.loads(beyond.stdout)["results"][0]["fits"] is False
+    bounds = data["results"][0]["max_ctx_range"]
+    assert bounds["low"] < longest < bounds["high"] and bounds["coverage"] == 0.8, "the memory's range, carried over"
+    text = cli("fit", LLAMA, "--gpu", "4090", "--max-ctx").stdout
+    assert f"{longest:,} ({bounds['low']:,}-{bounds['high']:,}, 80% range" in text
 
 
 NO_DRIVER = nvml_env("hw/no_driver.json")
@@ -630,3 +634,10 @@ def test_fit_prefills_the_prompt_not_the_whole_context(cli) -> None:
                     if item["name"] == "activations")
 
     assert short["job"]["prompt"] == 1024 and activations(short) < activations(whole) / 4
+
+
+def test_decode_over_a_batch_says_it_is_the_batchs_total_and_per_sequence(cli) -> None:
+    text = cli("fit", LLAMA, "--gpu", "h100 sxm", "--engine", "vllm", "--batch", "8").stdout
+    line = next(line for line in text.splitlines() if line.startswith("speed:"))
+    assert "over the batch of 8 (" in line and "tok/s per sequence)" in line
+    assert "over the batch" not in cli("fit", LLAMA, "--gpu", "h100 sxm", "--engine", "vllm").stdout

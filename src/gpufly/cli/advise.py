@@ -202,9 +202,13 @@ def _speed_line(verdict: Fit) -> str:
         ttft = (_(", first token after {time}").format(
             time=_rate(s.time_to_first_token_s, "s", ranges.get("time_to_first_token_s")))
             if s.time_to_first_token_s else "")
+        decode = _rate(s.decode_tok_s, "tok/s", ranges.get("decode_tok_s"))
+        batch = verdict.job.batch
+        if batch > 1 and s.decode_tok_s:
+            decode = _("{decode} over the batch of {batch} ({each} tok/s per sequence)").format(
+                decode=decode, batch=f"{batch:,}", each=_number(s.decode_tok_s / batch))
         line = _("decode {decode} at the end of the context, prefill {prefill}{ttft}").format(
-            decode=_rate(s.decode_tok_s, "tok/s", ranges.get("decode_tok_s")),
-            prefill=_rate(s.prefill_tok_s, "tok/s", ranges.get("prefill_tok_s")), ttft=ttft)
+            decode=decode, prefill=_rate(s.prefill_tok_s, "tok/s", ranges.get("prefill_tok_s")), ttft=ttft)
         if s.prompt_tokens and s.prefill_tok_s:
             line += _(" (a {tokens}-token prompt)").format(tokens=f"{s.prompt_tokens:,}")
     said = _("speed: {speed}") if verdict.fits else _("speed if it fit (hypothetical: it does not fit): {speed}")
@@ -428,7 +432,8 @@ def _catalog_view(spec: ModelSpec, base: Job, catalog: Catalog, solve: dict[str,
     if json_out:
         print_json({"schema_version": SCHEMA_VERSION, "model": spec.to_dict(), "job": base.to_dict(),
                     "gpus_on_this_machine": 0,
-                    "catalog": [{**v.to_dict(), **limits} for v, limits in zip(verdicts, solved, strict=True)]})
+                    "catalog": [{**v.to_dict(), **limits, **_range_fields(_solve_ranges(spec, v.gpu, base, limits))}
+                                for v, limits in zip(verdicts, solved, strict=True)]})
         return
     out.print(_describe(spec, base))
     out.print(_("no NVIDIA GPU from the catalog on this machine: the verdict across the catalog "
@@ -449,8 +454,21 @@ def _solve(spec: ModelSpec, gpu: GpuSpec, job: Job, solve: dict[str, bool]) -> d
     """The largest context and/or batch that fits ``gpu``, for the flags set in ``solve``."""
     from gpufly.estimate.advise import largest
 
-    uppers = {"max_ctx": spec.max_context or 1_048_576, "max_batch": 65_536}
-    return {key: largest(spec, gpu, job, LIMITS[key], uppers[key]) for key, wanted in solve.items() if wanted}
+    return {key: largest(spec, gpu, job, LIMITS[key], _upper(spec, key)) for key, wanted in solve.items() if wanted}
+
+
+def _upper(spec: ModelSpec, key: str) -> int:
+    return spec.max_context or 1_048_576 if key == "max_ctx" else 65_536
+
+
+def _solve_ranges(spec: ModelSpec, gpu: GpuSpec, job: Job,
+                  solved: dict[str, int | None]) -> dict[str, tuple[int | None, int | None]]:
+    """Each solved limit's 80% range, from the memory estimate's: the limit were the memory at the high end of its
+    range, and at the low end."""
+    from gpufly.estimate.advise import largest_range
+
+    return {key: largest_range(spec, gpu, job, LIMITS[key], _upper(spec, key))
+            for key, value in solved.items() if value is not None}
 
 
 def fit(
@@ -517,10 +535,13 @@ def fit(
     results = []
     narrowed: list[dict[str, dict[str, float]]] = []
     scalings: list[Scaling | None] = []
+    solved_ranges: list[dict[str, tuple[int | None, int | None]]] = []
     for target in targets:
         job = base.with_(gpus=target.count)
         verdict = fit_one(spec, target.spec, job, calibrated=calibrate is not None)
-        results.append((target, verdict, changes(verdict), _solve(spec, target.spec, job, solve)))
+        solved = _solve(spec, target.spec, job, solve)
+        results.append((target, verdict, changes(verdict), solved))
+        solved_ranges.append(_solve_ranges(spec, target.spec, job, solved))
         scalings.append(_scaling(spec, verdict))
         if calibrate is not None:
             narrowed.append(_narrowing(verdict, fit_one(spec, catalog.get(target.spec.id), job)))
@@ -529,7 +550,8 @@ def fit(
     ok = answered if solving else all(verdict.fits for _target, verdict, *_rest in results)
     if json_out:
         print_json({"schema_version": SCHEMA_VERSION, "model": spec.to_dict(), "job": base.to_dict(),
-                    "results": [{**solved, **v.to_dict(), "assumed": target.assumed,
+                    "results": [{**solved, **_range_fields(solved_ranges[i]), **v.to_dict(),
+                                 "assumed": target.assumed,
                                  "changes": [c.to_dict() for c in ch],
                                  "scaling": scaled.to_dict(v.training_band) if (scaled := scalings[i]) else None,
                                  "links": _links(v),
@@ -539,7 +561,7 @@ def fit(
         for note in calibration:
             out.print(_("calibrated: {note}").format(note=note))
         for i, (_target, verdict, found_changes, solved) in enumerate(results):
-            _render_result(spec, verdict, found_changes, solved, out)
+            _render_result(spec, verdict, found_changes, solved, out, solved_ranges[i])
             scaled = scalings[i]
             if scaled is not None and scaled.points:
                 _render_scaling(verdict, scaled, out)
@@ -597,9 +619,25 @@ def _narrowing_lines(narrowed: dict[str, dict[str, float]]) -> list[str]:
             for name, n in narrowed.items()]
 
 
+def _range_fields(ranges: dict[str, tuple[int | None, int | None]]) -> dict[str, dict[str, int | None]]:
+    """--json's ``max_ctx_range``/``max_batch_range``: the solved limit's 80% range."""
+    from gpufly.estimate.ranges import COVERAGE
+
+    return {f"{key}_range": {"low": low, "high": high, "coverage": COVERAGE} for key, (low, high) in ranges.items()}
+
+
+def _range_words(bounds: tuple[int | None, int | None] | None) -> str:
+    if bounds is None:
+        return ""
+    low, high = bounds
+    return _(" ({low}-{high}, 80% range: the memory estimate's)").format(
+        low=f"{low:,}" if low is not None else _("none"), high=f"{high:,}" if high is not None else "?")
+
+
 def _render_result(spec: ModelSpec, verdict: Fit, found_changes: list[Change], solved: dict[str, int | None],
-                   out: Console) -> None:
-    """One target's answer: what --max-ctx/--max-batch solved for first, then the verdict at the given job."""
+                   out: Console, ranges: dict[str, tuple[int | None, int | None]] | None = None) -> None:
+    """One target's answer: what --max-ctx/--max-batch solved for first (with its range), then the verdict at the
+    given job."""
     where = f"{verdict.job.gpus}x {verdict.gpu.name}" if verdict.job.gpus > 1 else verdict.gpu.name
     for key, value in solved.items():
         field, label = LIMITS[key], _limit_words(key)[0]
@@ -609,7 +647,8 @@ def _render_result(spec: ModelSpec, verdict: Fit, found_changes: list[Change], s
         ceiling = _(" (the model's maximum, max_position_embeddings)") if (
             field == "context" and value == spec.max_context) else ""
         out.print(_("{limit} that fits on {where}: {value}{ceiling}").format(
-            limit=label, where=where, value=f"{value:,}", ceiling=ceiling), style="bold green")
+            limit=label, where=where, value=f"{value:,}" + _range_words((ranges or {}).get(key)), ceiling=ceiling),
+            style="bold green")
     if solved:
         shown = ", ".join(f"--{LIMITS[key].replace('context', 'ctx')} {getattr(verdict.job, LIMITS[key]):,}"
                           for key in solved)

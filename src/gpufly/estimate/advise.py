@@ -205,11 +205,17 @@ class Change:
                 "memory_range": self.fit.memory_range.to_dict() if self.fit.memory_range else None}
 
 
-def largest(model: ModelSpec, gpu: GpuSpec, job: Job, field: str, upper: int) -> int | None:
+def largest(model: ModelSpec, gpu: GpuSpec, job: Job, field: str, upper: int, bound: str = "") -> int | None:
     """The largest value of ``field`` (context or batch) in 1..upper that still fits, by bisection
-    (memory grows monotonically with both); None when even 1 does not."""
+    (memory grows monotonically with both); None when even 1 does not. ``bound`` "low" or "high": were the memory
+    at that end of its 80% range (the answer's own range: the high end gives the smaller value)."""
     def ok(value: int) -> bool:
-        return fit(model, gpu, job.with_(**{field: value})).fits
+        verdict = fit(model, gpu, job.with_(**{field: value}))
+        band = verdict.memory_range
+        if not bound or band is None or not band.value:
+            return verdict.fits
+        scale = (band.high if bound == "high" else band.low) / band.value
+        return verdict.capacity_bytes >= verdict.memory.total_bytes * scale
 
     if not ok(1):
         return None
@@ -220,6 +226,12 @@ def largest(model: ModelSpec, gpu: GpuSpec, job: Job, field: str, upper: int) ->
         middle = (low + high) // 2
         low, high = (middle, high) if ok(middle) else (low, middle)
     return low
+
+
+def largest_range(model: ModelSpec, gpu: GpuSpec, job: Job, field: str, upper: int) -> tuple[int | None, int | None]:
+    """The 80% range of ``largest``: the largest value that fits were the memory at the high end of its range, and
+    at the low end."""
+    return (largest(model, gpu, job, field, upper, bound="high"), largest(model, gpu, job, field, upper, bound="low"))
 
 
 def _is_llm(model: ModelSpec) -> bool:
