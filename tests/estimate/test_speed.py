@@ -403,3 +403,14 @@ def test_training_recipes_change_the_step_where_they_act(catalog) -> None:
     assert step.seconds > 10 * step_part(mixed, "optimizer step")
     paged = training_speed(LLAMA, h100, Job(task="full", context=2048, batch=2, optimizer="paged-adamw"))
     assert paged.train_tokens_s == mixed.train_tokens_s
+
+
+def test_a_prompt_crosses_the_network_once_per_node_boundary(catalog) -> None:
+    """vLLM across nodes runs a pipeline stage per node: the prompt's activations cross each boundary, so a slow
+    network slows the prefill (it did not before: 10 GbE and one node gave the same prefill)."""
+    h100 = catalog.get("h100 sxm")
+    one = prefill_s(LLAMA, h100, Job(engine="vllm", gpus=2), 2048)
+    ethernet = prefill_s(LLAMA, h100, Job(engine="vllm", gpus=2, nodes=2, internode="eth-10"), 2048)
+    infiniband = prefill_s(LLAMA, h100, Job(engine="vllm", gpus=2, nodes=2, internode="ib-ndr"), 2048)
+    assert one is not None and ethernet is not None and infiniband is not None
+    assert ethernet - one > 0.01 > infiniband - one > 0, "16.8 MB: ~13 ms over 10 GbE, well under 1 ms over NDR"
