@@ -128,3 +128,25 @@ def test_a_memory_group_too_small_on_one_gpu_borrows_the_several_gpu_band_widene
     assert basis.rows == len(SPREAD) and "multi-GPU" in basis.text() and high > low
     _, _, speed = band_for(Where("training throughput", "training", 1, "Ampere", "16-bit", 8.0), table)
     assert speed.rows == 0 and "factor of 2" in speed.text()
+
+
+def test_a_mixture_of_experts_speed_is_outside_the_rows_and_gaps_widen_further(catalog) -> None:
+    """No fit row is an MoE model: its speed says so; and a job with several gaps (family, format, size, MoE) is
+    wider than one with one gap, but never past a factor of 3 either way beyond its band doubled."""
+    import math
+
+    from gpufly.estimate.job import Job
+    from gpufly.estimate.ranges import WIDEST, band_for, where
+    from gpufly.models.resolve import load_model
+
+    moe, dense = load_model("deepseek-v3"), load_model("llama-3.1-8b")
+    h200 = catalog.get("h200 sxm")
+    job = Job(engine="vllm", gpus=8, quant="fp8")
+    low, high, basis = band_for(where("decode", moe, h200, job))
+    assert "no fit rows for mixture-of-experts models" in basis.widened
+    dense_low, dense_high, dense_basis = band_for(where("decode", dense, catalog.get("a100 sxm4 80gb"),
+                                                        Job(engine="vllm", gpus=2)))
+    assert "no fit rows for mixture-of-experts models" not in dense_basis.widened
+    assert high - low > 2 * (dense_high - dense_low)
+    assert high <= max(WIDEST, 2 * dense_high) + 1e-9 and -low <= max(WIDEST, 2 * -dense_low) + 1e-9
+    assert math.exp(high) < 4

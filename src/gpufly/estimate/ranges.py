@@ -47,7 +47,13 @@ SMALL_GROUP_WIDENING = 1.5
 """A borrowed band is widened by half: the engine's own spread is unknown."""
 OUTSIDE_WIDENING = 2.0
 """Outside the calibrated region (no fit rows for the GPU family, the format or the model size) the band doubles
-(in log space): a constant fitted on one architecture or format carries no evidence for another."""
+(in log space): a constant fitted on one architecture or format carries no evidence for another. Each further
+way the job lies outside (a family and a format and a size none of the rows had) widens it FURTHER_WIDENING
+again: the errors of constants carried over several gaps add up."""
+FURTHER_WIDENING = 1.5
+WIDEST = math.log(3)
+"""However many gaps, a widened band goes no further than a factor of 3 either way, or its own band doubled where
+that is wider: past that the number says little, and the widening's reasons say why."""
 SIZE_MARGIN = 2.0
 """A model up to this factor smaller or larger than the fit rows' models still counts as calibrated."""
 RANGES_FILE = Path(__file__).parent / "data" / "ranges.json"
@@ -289,7 +295,7 @@ def band_for(where: Where, table: RangeTable | None = None) -> tuple[float, floa
                            else _("no fit rows for {engine}, {group}").format(engine=where.engine, group=group))
     outside = _outside(band, where)
     if outside:
-        scale *= OUTSIDE_WIDENING
+        scale *= OUTSIDE_WIDENING * FURTHER_WIDENING ** (len(outside) - 1)
         widened += outside
     measured = where.calibrated and where.metric not in MEMORY_METRICS
     widening = table.widening_for(where)
@@ -300,6 +306,9 @@ def band_for(where: Where, table: RangeTable | None = None) -> tuple[float, floa
     narrowed = measured and (where.family not in band.families or widening > 1)
     low = min(band.low, -FLOOR) * scale
     high = max(band.high, FLOOR) * scale
+    if outside:
+        limit = max(WIDEST, OUTSIDE_WIDENING * max(-band.low, band.high, FLOOR))
+        low, high = max(low, -limit), min(high, limit)
     return low, high, Basis(band.rows, label, tuple(widened), CALIBRATED if narrowed else "")
 
 
@@ -343,15 +352,19 @@ def where(metric: str, model: ModelSpec, gpu: GpuSpec, job: Job, calibrated: boo
     """The key of the prediction of ``metric`` for ``job``: training runs count as the engine "training"."""
     runtime = "training" if job.training else engine(job.engine).name
     return Where(metric, runtime, job.world, gpu.architecture, format_key(job.quant), model.params / 1e9, calibrated,
-                 job.nodes, _uncovered(metric, gpu, job) if metric not in MEMORY_METRICS else ())
+                 job.nodes, _uncovered(metric, gpu, job, model) if metric not in MEMORY_METRICS else ())
 
 
-def _uncovered(metric: str, gpu: GpuSpec, job: Job) -> tuple[str, ...]:
-    """What the multi-GPU speed rows never had: they split tensors only over NVLink (vLLM on A100 SXM), and span
-    nodes only as llm-foundry's FSDP (ZeRO-3) data parallelism over InfiniBand."""
+def _uncovered(metric: str, gpu: GpuSpec, job: Job, model: ModelSpec | None = None) -> tuple[str, ...]:
+    """What the speed rows never had: a mixture-of-experts model (every fit row is a dense model, and an MoE step
+    adds routing and expert kernels that are slow at small batches); and on several GPUs, tensors split over PCIe
+    (the multi-GPU rows split tensors only over NVLink: vLLM on A100 SXM) or nodes other than as llm-foundry's FSDP
+    (ZeRO-3) data parallelism over InfiniBand."""
     from gpufly.estimate.comms import default_internode, default_link, internode
 
     missing = []
+    if model is not None and model.moe is not None:
+        missing.append(_("no fit rows for mixture-of-experts models"))
     tensor_split = (job.training and job.tensor_parallel > 1) or (not job.training and not engine(
         job.engine).splits_layers)
     if job.gpus > 1 and tensor_split and (job.link or default_link(gpu)) == "pcie":
