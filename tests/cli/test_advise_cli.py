@@ -306,12 +306,15 @@ def test_llama_cpp_is_offered_gguf_types_not_fp8(cli) -> None:
     assert offered and all(text.startswith("--quant q") for text in offered), offered
 
 
-def test_a_kv_format_the_engine_cannot_run_is_a_note(cli) -> None:
-    llama = cli("fit", LLAMA, "--gpu", "4090", "--engine", "llama.cpp", "--kv", "fp8")
-    assert llama.code == 0, llama.stderr
-    assert "note: llama.cpp has no fp8 KV cache" in llama.stdout and "--kv q8_0 is its nearest" in llama.stdout
-    vllm = cli("fit", LLAMA, "--gpu", "4090", "--engine", "vllm", "--kv", "q4_0")
-    assert vllm.code == 0 and "note: vLLM has no q4_0 KV cache" in vllm.stdout
+def test_a_kv_format_the_engine_cannot_run_is_refused_by_fit_and_recommend(cli) -> None:
+    """llama.cpp's parser stops on --cache-type-k fp8 and vLLM's on --kv-cache-dtype q4_0: a real run refuses them,
+    so fit and recommend do (recommend used to answer "no GPU fits" instead of the reason)."""
+    for engine, kv in (("llama.cpp", "fp8"), ("vllm", "q4_0")):
+        for command in (("fit", LLAMA, "--gpu", "rtx-4090"), ("recommend", LLAMA)):
+            result = cli(*command, "--engine", engine, "--kv", kv)
+            lines = result.stderr.strip().splitlines()
+            assert result.code == 2 and f"has no {kv} KV cache" in lines[0], result.stderr
+            assert lines[0].startswith("error: ") and lines[1].startswith("hint: ") and len(lines) == 2
 
 
 def test_max_ctx_puts_its_answer_first_and_exits_0_even_where_the_given_ctx_does_not_fit(cli) -> None:

@@ -168,3 +168,16 @@ def test_a_full_fine_tune_that_does_not_fit_is_offered_the_lighter_recipes(catal
     assert dict(_training_changes(spec, eager))["--attention flash"].attention == "flash"
     shown = {c.description for c in changes(fit(spec, catalog.get("4090"), job))}
     assert {"--precision bf16", "--offload optimizer"} <= shown
+
+
+def test_kv_changes_are_ones_the_engine_runs() -> None:
+    """Ollama quantizes its KV cache only with flash attention on (off by default): the offer turns it on. ExLlamaV2
+    has Q8 and Q4 caches. A move to llama.cpp leaves attention and KV settings llama.cpp does not have behind."""
+    spec = load_model("llama-3.1-8b")
+    ollama = _all_offers(spec, Job(engine="ollama", flash_attention=False, context=32768))
+    assert [t for t in ollama if "--kv" in t] == ["--attention flash --kv q8_0", "--attention flash --kv q4_0"]
+    assert {"--kv q8_0", "--kv q4_0"} <= set(_all_offers(spec, Job(engine="exllamav2", quant="exl2")))
+    moved = dict(_inference_changes(spec, Job(engine="transformers", sdpa=True, flash_attention=False,
+                                              kv_format="fp8"), default_catalog().get("4090")))
+    to_llama = moved["--engine llama.cpp --quant q4_k_m"]
+    assert (to_llama.sdpa, to_llama.flash_attention, to_llama.kv_format) == (False, True, "fp16")

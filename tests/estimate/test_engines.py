@@ -175,3 +175,20 @@ def test_ollama_borrows_llama_cpp_bands_widened_and_says_so(llama8b: ModelSpec, 
     assert basis.group.startswith("llama.cpp decode")
     assert any("no fit rows for ollama" in why for why in basis.widened)
     assert high - low >= 2 * (cpp[1] - cpp[0]) - 1e-9
+
+
+def test_each_engine_lists_the_hardware_it_runs_on() -> None:
+    from gpufly.estimate.engines import ALL_VENDORS, ENGINE_VENDORS
+
+    assert {name: runtime.vendors for name, runtime in ENGINES.items()} == ENGINE_VENDORS
+    assert engine("tensorrt-llm").vendors == ("nvidia",) and engine("transformers").vendors == ALL_VENDORS
+    assert "apple" not in engine("vllm").vendors and "gaudi" in engine("vllm").vendors
+    assert not any("gaudi" in engine(name).vendors for name in ("llama.cpp", "ollama", "mlc-llm", "exllamav2"))
+
+
+def test_exllamav2_holds_its_quantized_caches(llama8b: ModelSpec) -> None:
+    """ExLlamaV2Cache_Q8/Q4 take q8_0's and q4_0's bytes per value; ExLlamaV2Cache_8bit is FP8."""
+    assert {"q8_0", "q4_0", "fp8"} <= set(engine("exllamav2").kv_formats)
+    cache = {kv: inference_memory(llama8b, Job(engine="exllamav2", quant="exl2", kv_format=kv)).get("kv_cache")
+             for kv in ("fp16", "q8_0", "q4_0")}
+    assert cache["q4_0"] < cache["q8_0"] < cache["fp16"]

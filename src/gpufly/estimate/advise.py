@@ -13,6 +13,7 @@ from gpufly.errors import GpuflyError
 from gpufly.estimate.checks import (
     check_job,
     check_nodes,
+    check_request,
     context_note,
     device_spec,
     splits_tensors,
@@ -254,7 +255,11 @@ def _inference_changes(model: ModelSpec, job: Job, gpu: GpuSpec) -> Iterable[tup
     if not _is_llm(model):
         return
     if runtime.family != "llama.cpp":
-        yield "--engine llama.cpp --quant q4_k_m", job.with_(engine="llama.cpp", quant="q4_k_m")
+        llama = engine("llama.cpp")
+        kv = job.kv_format if kv_key(job.kv_format) in llama.kv_formats else "fp16"
+        yield "--engine llama.cpp --quant q4_k_m", job.with_(
+            engine="llama.cpp", quant="q4_k_m", kv_format=kv, flash_attention=llama.flash_attention_default,
+            sdpa=False)
     yield from _kv_changes(runtime, job)
 
 
@@ -269,12 +274,18 @@ def _gguf_changes(model: ModelSpec, job: Job) -> Iterable[tuple[str, Job]]:
 
 
 def _kv_changes(runtime: Engine, job: Job) -> Iterable[tuple[str, Job]]:
-    """Smaller KV-cache formats the engine has: q8_0/q4_0 in llama.cpp, fp8 in vLLM, none in transformers."""
+    """Smaller KV-cache formats the engine has: q8_0/q4_0 in llama.cpp (and ExLlamaV2's Q8/Q4 caches), fp8 in vLLM,
+    none in transformers. llama.cpp and Ollama quantize the cache only with flash attention on: there the change
+    turns it on too."""
     current = kv_bytes(kv_key(job.kv_format))
-    ladder = LLAMA_CPP_KV_LADDER if runtime.family == "llama.cpp" else ("fp8",)
+    ladder = LLAMA_CPP_KV_LADDER if runtime.family == "llama.cpp" or "q4_0" in runtime.kv_formats else ("fp8",)
+    needs_flash = runtime.family == "llama.cpp" and not job.flash_attention
     for kv in ladder:
         if kv in runtime.kv_formats and kv_bytes(kv) < current:
-            yield f"--kv {kv}", job.with_(kv_format=kv)
+            if needs_flash:
+                yield f"--attention flash --kv {kv}", job.with_(kv_format=kv, flash_attention=True)
+            else:
+                yield f"--kv {kv}", job.with_(kv_format=kv)
 
 
 def _training_changes(model: ModelSpec, job: Job) -> Iterable[tuple[str, Job]]:
@@ -482,6 +493,7 @@ def recommend(model: ModelSpec, job: Job, catalog: Iterable[GpuSpec], budget_usd
                           hint=f"e.g. --max-gpus 8 (counts tried: {', '.join(map(str, GPU_COUNTS))})")
     check_nodes(job)
     context_note(model, job)  # a refusal of the job itself is the user's to hear, not one GPU's to skip
+    check_request(model, job)
     picks: list[Pick] = []
     for gpu in catalog:
         for count in (c for c in GPU_COUNTS if c <= max_gpus):

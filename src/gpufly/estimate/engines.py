@@ -15,6 +15,9 @@ from gpufly.estimate.formats import WeightFormat
 MIB = 2**20
 GIB = 2**30
 
+ALL_VENDORS = ("nvidia", "amd", "intel", "gaudi", "apple")
+"""Every hardware vendor the catalog has, Intel's Gaudi accelerators apart from its GPUs (Engine.vendors)."""
+
 
 @dataclass(frozen=True)
 class Engine:
@@ -125,6 +128,18 @@ class Engine:
     documented_only: bool = False
     """The constants come from the engine's documentation and first principles, with no fitted rows: its ranges
     are widened and say so (estimate/ranges.py)."""
+    vendors: tuple[str, ...] = ALL_VENDORS
+    """The hardware the engine runs on, as GpuSpec.vendor names it ("nvidia", "amd", "intel", "apple"), with Intel's
+    Gaudi accelerators apart as "gaudi" (a separate software stack, Habana's SynapseAI, from Intel's GPUs' oneAPI
+    and Vulkan); a GPU of another vendor is refused (checks.check_vendor). Each engine's list and its source:
+    ENGINE_VENDORS."""
+    attention_choices: tuple[str, ...] = ("flash",)
+    """The --attention values the engine has a setting for (Job.attention): transformers' attn_implementation
+    (flash_attention_2, sdpa, eager), llama.cpp's flash attention on or off (-fa; eager is off), and for the
+    serving engines that run their own fused attention kernels only their default ("flash")."""
+    model_kinds: tuple[str, ...] = ("decoder", "encoder")
+    """The ModelSpec kinds the engine runs, transformer models only (ModelSpec.is_transformer); empty: any model
+    (transformers runs any PyTorch module: CNNs, recommenders, vision transformers)."""
 
     @property
     def display(self) -> str:
@@ -151,6 +166,35 @@ by default for 4 bits on CUDA): one extension call per layer, which costs the ho
 speed rows on an A100 (transformers 4.46): at batch 1 GPTQ-Int4 decodes at 43.1 tokens/s on the 7B where
 GPTQ-Int8 gives 31.6, AWQ 32.0 and BF16 38.8; 44.0 against AWQ's 31.9 on the 1.5B. The factor is not fitted: 1 is
 a 16-bit layer's."""
+ENGINE_VENDORS: dict[str, tuple[str, ...]] = {
+    "transformers": ALL_VENDORS,
+    "vllm": ("nvidia", "amd", "intel", "gaudi"),
+    "sglang": ("nvidia", "amd", "intel", "apple"),
+    "tensorrt-llm": ("nvidia",),
+    "exllamav2": ("nvidia", "amd"),
+    "mlc-llm": ("nvidia", "amd", "intel", "apple"),
+    "llama.cpp": ("nvidia", "amd", "intel", "apple"),
+    "ollama": ("nvidia", "amd", "intel", "apple"),
+}
+"""The hardware each engine runs on (Engine.vendors), as each project documents it:
+
+- transformers: every one, through PyTorch's CUDA, ROCm, XPU (Intel GPUs) and MPS (Apple) builds, and Gaudi through
+  optimum-habana (https://huggingface.co/docs/optimum/habana).
+- vLLM: NVIDIA (CUDA), AMD (ROCm) and Intel GPUs (XPU) in its GPU installation guide
+  (https://docs.vllm.ai/en/latest/getting_started/installation/gpu.html), Gaudi through the vllm-gaudi HPU plugin
+  (github.com/vllm-project/vllm-gaudi); on macOS it builds for the CPU only (installation/cpu, "Apple silicon"):
+  no Apple GPU.
+- SGLang: NVIDIA and AMD (docs.sglang.io install and platforms/amd_gpu), Intel GPUs (platforms/xpu: Arc B-series),
+  Apple silicon through MLX (hardware-platforms/apple_metal, built from source); no Gaudi backend.
+- TensorRT-LLM: NVIDIA only (its engines are CUDA/TensorRT builds per GPU architecture).
+- exllamav2: NVIDIA (CUDA) and AMD (ROCm wheels, README "Installation"); its kernels are CUDA/HIP extensions.
+- MLC LLM: NVIDIA (CUDA), AMD (ROCm), Intel and other GPUs (Vulkan), Apple (Metal)
+  (https://llm.mlc.ai/docs/install/mlc_llm.html); no Gaudi target in TVM.
+- llama.cpp: NVIDIA (CUDA), AMD (HIP), Intel (SYCL, Vulkan) and Apple (Metal) backends (README "Supported
+  backends"); no Gaudi backend.
+- Ollama: NVIDIA, AMD (ROCm), Apple (Metal) and, through its Vulkan backend, Intel GPUs (docs/gpu.mdx, "Vulkan GPU
+  Support": "Linux Intel GPU Instructions"); no Gaudi."""
+
 TRANSFORMERS_KV_FORMATS = ("fp16", "bf16", "fp32")
 """transformers' caches hold K and V in the model's dtype; its QuantizedCache (quanto/HQQ, int2/int4
 with a residual window kept in 16 bits) has no --kv format here."""
@@ -161,6 +205,16 @@ LLAMA_CPP_KV_FORMATS = ("fp16", "bf16", "fp32", "q8_0", "q4_0")
 modelled here); no fp8. A quantized V cache needs flash attention (-fa)."""
 LLAMA_CPP_KV_LADDER = ("q8_0", "q4_0")
 """The smaller KV-cache types the advisor offers for llama.cpp, largest first."""
+EXLLAMAV2_KV_FORMATS = ("fp16", "fp8", "q8_0", "q4_0")
+"""exllamav2's cache classes (exllamav2/cache.py): ExLlamaV2Cache (fp16), ExLlamaV2Cache_8bit (FP8 e5m2, by
+truncation) and the quantized ExLlamaV2Cache_Q8/Q6/Q4, 8/6/4-bit values with fp16 scales per group. q8_0 and q4_0
+stand for its Q8 and Q4 caches, whose bytes per value they match (8.5 and 4.5 bits with the scales); Q6 has no
+--kv name."""
+LLAMA_CPP_ATTENTION = ("flash", "eager")
+"""llama.cpp's attention choice: flash attention on (-fa on) or off (-fa off, the plain softmax(QK^T)V graph, which
+--attention eager names); Ollama's OLLAMA_FLASH_ATTENTION is the same switch. No SDPA."""
+TRANSFORMERS_ATTENTION = ("flash", "sdpa", "eager")
+"""transformers' attn_implementation: flash_attention_2, sdpa, eager."""
 
 VLLM_QUANTIZED_BANDWIDTH = (("int4", 0.70), ("int8", 0.85))
 """vLLM's decode bandwidth on GPTQ/AWQ weights relative to bf16: its Marlin kernels (gptq_marlin, awq_marlin; vLLM
@@ -191,7 +245,8 @@ _LLAMA_CPP = Engine("llama.cpp", 457 * MIB, bandwidth_efficiency=0.95, hbm_bandw
                     prefill_compute_efficiency=0.50, preallocates_context=True, splits_layers=True,
                     prefill_ubatch=512, pipelines_prefill=True, pipeline_efficiency=0.45,
                     dequantizes_for_prefill=True, prefill_tflops_per_watt=LLAMA_CPP_PREFILL_TFLOPS_PER_WATT,
-                    fp16_accumulate=True, kv_formats=LLAMA_CPP_KV_FORMATS)
+                    fp16_accumulate=True, kv_formats=LLAMA_CPP_KV_FORMATS, vendors=ENGINE_VENDORS["llama.cpp"],
+                    attention_choices=LLAMA_CPP_ATTENTION)
 
 SGLANG_MEM_FRACTION_STATIC = 0.88
 """SGLang's --mem-fraction-static: "the fraction of the memory used for static allocation (model weights and KV
@@ -241,11 +296,12 @@ ENGINES: dict[str, Engine] = {
                            cpu_s_per_layer=8.5e-4, step_overhead_s=0.0, layer_overhead_s=0.0,
                            kv_traffic_per_group=6.5, prefill_compute_efficiency=0.45, quantized_cpu_factor=1.35,
                            kernel_cpu_factor=TRANSFORMERS_KERNEL_CPU, splits_layers=True,
-                           kv_formats=TRANSFORMERS_KV_FORMATS),
+                           kv_formats=TRANSFORMERS_KV_FORMATS, vendors=ENGINE_VENDORS["transformers"],
+                           attention_choices=TRANSFORMERS_ATTENTION, model_kinds=()),
     "vllm": Engine("vllm", 1024 * MIB, bandwidth_efficiency=0.80, hbm_bandwidth_factor=1.0, cpu_s_per_layer=0.0,
                    step_overhead_s=3.2e-3, layer_overhead_s=0.0, kv_traffic_per_group=0.0,
                    prefill_compute_efficiency=0.60, quantized_bandwidth_factor=VLLM_QUANTIZED_BANDWIDTH,
-                   kv_formats=VLLM_KV_FORMATS, label="vLLM"),
+                   kv_formats=VLLM_KV_FORMATS, label="vLLM", vendors=ENGINE_VENDORS["vllm"]),
     "llama.cpp": _LLAMA_CPP,
     # SGLang: paged KV (RadixAttention's token pool), CUDA graphs for decode, FlashInfer/FlashAttention kernels and
     # the same Marlin kernels as vLLM for GPTQ/AWQ: vLLM's bandwidth, prefill and quantized factors, with the
@@ -257,7 +313,7 @@ ENGINES: dict[str, Engine] = {
                      kv_formats=VLLM_KV_FORMATS, label="SGLang",
                      runs_formats=("fp32", "fp16", "bf16", "fp8", "int8", "int4", "nf4"),
                      memory_share=SGLANG_MEM_FRACTION_STATIC, share_holds_weights_and_kv=True,
-                     activation_tokens=SGLANG_CHUNKED_PREFILL,
+                     activation_tokens=SGLANG_CHUNKED_PREFILL, vendors=ENGINE_VENDORS["sglang"],
                      documented_only=True),
     # TensorRT-LLM: paged KV, fused attention and GEMM plugins compiled per GPU, the C++ executor with CUDA graphs:
     # a higher share of the bandwidth than vLLM's Python-driven kernels and the graph engines' small step cost.
@@ -269,27 +325,29 @@ ENGINES: dict[str, Engine] = {
                            kv_formats=("fp16", "bf16", "fp8"), label="TensorRT-LLM",
                            runs_formats=("fp32", "fp16", "bf16", "fp8", "int8", "int4"),
                            kv_free_fraction=TRTLLM_KV_FREE_FRACTION, activation_tokens=TRTLLM_MAX_NUM_TOKENS,
-                           documented_only=True),
+                           vendors=ENGINE_VENDORS["tensorrt-llm"], documented_only=True),
     # exllamav2: its own CUDA kernels for EXL2 and GPTQ (a matmul per layer that dequantizes in registers), a
     # Python loop per step without CUDA graphs: a small host cost per layer that a large model hides.
     "exllamav2": Engine("exllamav2", 500 * MIB, bandwidth_efficiency=0.80, hbm_bandwidth_factor=1.0,
                         cpu_s_per_layer=1.0e-4, step_overhead_s=1.0e-3, layer_overhead_s=0.0,
-                        kv_traffic_per_group=0.0, prefill_compute_efficiency=0.50, kv_formats=("fp16",),
+                        kv_traffic_per_group=0.0, prefill_compute_efficiency=0.50, kv_formats=EXLLAMAV2_KV_FORMATS,
                         splits_layers=True, label="ExLlamaV2", runs_formats=("fp16", "bf16", "int4", "exl2"),
-                        runs_quantizers=("gptq",), activation_tokens=EXLLAMAV2_MAX_INPUT_LEN, documented_only=True),
+                        runs_quantizers=("gptq",), activation_tokens=EXLLAMAV2_MAX_INPUT_LEN,
+                        vendors=ENGINE_VENDORS["exllamav2"], model_kinds=("decoder",), documented_only=True),
     # MLC LLM: the model compiled by TVM into fused kernels, a paged KV cache of its own, no PyTorch (a bare CUDA
     # context and TVM's workspace). Its q4f16_1 weights: 4 bits with an fp16 scale per 32.
     "mlc-llm": Engine("mlc-llm", 512 * MIB, bandwidth_efficiency=0.80, hbm_bandwidth_factor=1.0, cpu_s_per_layer=0.0,
                       step_overhead_s=FULL_CUDA_GRAPH_STEP_S, layer_overhead_s=0.0, kv_traffic_per_group=0.0,
                       prefill_compute_efficiency=0.50, kv_formats=("fp16",), label="MLC LLM",
                       runs_formats=("fp32", "fp16", "int4", "q4f16_1", "fp8"), memory_share=MLC_GPU_MEMORY_UTILIZATION,
-                      activation_tokens=MLC_PREFILL_CHUNK, default_quant="q4f16_1", documented_only=True),
+                      activation_tokens=MLC_PREFILL_CHUNK, default_quant="q4f16_1", vendors=ENGINE_VENDORS["mlc-llm"],
+                      model_kinds=("decoder",), documented_only=True),
     # Ollama runs llama.cpp (its ggml backend): llama.cpp's constants and memory rules, its own defaults. Flash
     # attention is off unless OLLAMA_FLASH_ATTENTION=1 (https://docs.ollama.com/faq, "How can I enable Flash
     # Attention?"); GGUF weights only.
     "ollama": replace(_LLAMA_CPP, name="ollama", label="Ollama", runs_formats=("gguf",),
                       default_quant=OLLAMA_DEFAULT_QUANT, flash_attention_default=False, like="llama.cpp",
-                      documented_only=True),
+                      vendors=ENGINE_VENDORS["ollama"], documented_only=True),
 }
 _ENGINE_ALIASES = {"hf": "transformers", "huggingface": "transformers", "llamacpp": "llama.cpp",
                    "llama-cpp": "llama.cpp", "gguf": "llama.cpp", "trtllm": "tensorrt-llm", "trt-llm": "tensorrt-llm",
