@@ -249,3 +249,17 @@ def test_llama_cpp_splits_layers_over_at_most_its_device_limit(catalog) -> None:
     with pytest.raises(GpuflyError, match="at most 16 devices"):
         check_job(LLAMA, catalog.get("gb200"), Job(engine="ollama", quant="q4_k_m", flash_attention=False, gpus=24))
     check_job(LLAMA, catalog.get("rtx-4090"), Job(engine="llama.cpp", quant="q4_k_m", gpus=16))
+
+
+def test_training_without_bf16_tensor_cores_says_how_it_is_counted(catalog) -> None:
+    """On a T4 the mixed recipe runs fp16 autocast and pure bf16 runs at the FP32 rate: each says so; an A100
+    says nothing."""
+    from gpufly.models.resolve import load_model
+
+    model = load_model("llama-3.2-1b")
+    mixed = fit(model, catalog.get("t4"), Job(task="full", context=512))
+    pure = fit(model, catalog.get("t4"), Job(task="full", context=512, master_weights=False))
+    assert any("counted as fp16 autocast" in note for note in mixed.notes)
+    assert any("pure-bf16 training runs its matmuls at the FP32 rate" in note for note in pure.notes)
+    assert not any("tensor cores" in note for note in fit(model, catalog.get("a100 sxm4 80gb"),
+                                                          Job(task="full", context=512)).notes)

@@ -196,13 +196,30 @@ def _refused_or_noted(gpu: GpuSpec, job: Job, refusing: tuple[str, ...], what: s
 def bf16_note(gpu: GpuSpec, job: Job) -> str | None:
     """bf16 weights on an NVIDIA GPU older than Ampere (compute capability under 8.0: V100, T4, RTX 20xx): refused where
     the engine refuses them; for transformers, which runs them without tensor cores, a note pointing at fp16."""
+    if job.training:
+        return _bf16_training_note(gpu, job)
     if weight_format(job.quant).compute_dtype != "bf16" or not _inference_below(gpu, job, (8, 0)):
         return None
     return _refused_or_noted(
         gpu, job, BF16_ENGINES_REFUSE, "bf16", "bf16 needs 8.0 or newer", "use --quant fp16 (vLLM: --dtype half)",
-        _("the {gpu} (compute capability {cc}) has no bf16 tensor cores: bf16 matmuls run without them, far "
-          "slower than the speed below says; --quant fp16 runs on them").format(
+        _("the {gpu} (compute capability {cc}) has no bf16 tensor cores: bf16 matmuls run at its FP32 rate (the "
+          "speed below counts that); --quant fp16 runs on its tensor cores").format(
             gpu=gpu.name, cc=gpu.compute_capability))
+
+
+def _bf16_training_note(gpu: GpuSpec, job: Job) -> str | None:
+    """Training on an NVIDIA GPU without bf16 tensor cores: the mixed recipe is counted as fp16 autocast (what runs
+    there: the Trainer and accelerate refuse bf16 on it), pure bf16 at the FP32 rate; either way the reader hears it."""
+    if not job.mixed_precision or gpu.vendor != "nvidia" or gpu.bf16_tensor_tflops is not None or (
+            gpu.compute_capability is None or parse_compute_capability(gpu.compute_capability) >= (8, 0)):
+        return None
+    if job.master_weights:
+        return _("the {gpu} (compute capability {cc}) has no bf16 tensor cores: mixed precision is counted as fp16 "
+                 "autocast with a loss scaler (the Trainer's --fp16), as it runs there").format(
+            gpu=gpu.name, cc=gpu.compute_capability)
+    return _("the {gpu} (compute capability {cc}) has no bf16 tensor cores: pure-bf16 training runs its matmuls at "
+             "the FP32 rate (the speed below counts that); --precision mixed runs fp16 autocast on its tensor "
+             "cores").format(gpu=gpu.name, cc=gpu.compute_capability)
 
 
 AWQ_MIN_CAPABILITY = (7, 5)
