@@ -42,11 +42,11 @@ def test_compare_prints_both_runs_side_by_side(invoke) -> None:
 def test_compare_json_has_a_stable_shape(invoke) -> None:
     result = invoke("--compare", str(ONE), str(TWO), "--json")
     data = json.loads(result.output)
-    assert data["schema_version"] == bench_cli.SCHEMA_VERSION == 3
+    assert data["schema_version"] == bench_cli.SCHEMA_VERSION == 4
     assert data["a"]["file"] == str(ONE) and data["b"]["device"]["cpu_threads"] == 2
     row = next(r for r in data["rows"] if r["name"] == "memory.copy")
     assert set(row) == {"name", "metric", "unit", "a", "b", "ratio_b_over_a", "b_speedup", "higher_is_better",
-                        "a_interval", "b_interval", "b_speedup_range", "sweep_spread", "verdict", "note"}
+                        "a_interval", "b_interval", "b_speedup_range", "sweep_spread", "busy", "verdict", "note"}
     assert row["ratio_b_over_a"] == pytest.approx(row["b"] / row["a"])
     assert row["verdict"] == "no interval" and row["a_interval"] is None
 
@@ -60,6 +60,38 @@ def test_compare_refuses_a_file_that_is_not_a_run(invoke, tmp_path: Path) -> Non
 
 def test_compare_needs_two_files(invoke) -> None:
     assert invoke("--compare", str(ONE)).exit_code == 2
+
+
+@pytest.mark.parametrize(("args", "ignored"), [
+    (("--quick",), "--quick ignored"), (("--only", "gemm"), "--only ignored"),
+    (("--quick", "--only", "gemm", "--device", "cpu"), "--device, --quick, --only ignored"),
+])
+def test_compare_notes_every_measuring_option_it_ignores(args, ignored) -> None:
+    runner = CliRunner()
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command(name="bench")(bench_cli.bench)
+    app.command(name="other")(lambda: None)
+    for order in (("--compare", str(ONE), str(TWO), *args), (*args, "--compare", str(ONE), str(TWO))):
+        result = runner.invoke(app, ["bench", *order], env={"COLUMNS": "160"})
+        assert result.exit_code == 0, result.output
+        assert f"note: --compare measures nothing; {ignored}" in result.stderr
+
+
+def test_a_selection_this_device_cannot_run_is_refused_and_the_saved_file_kept(cli, tmp_path: Path) -> None:
+    save = tmp_path / "keep.json"
+    save.write_bytes(TWO.read_bytes())
+    hints = []
+    for only, message in (("gemm.fp8", "error: --only gemm.fp8: not measurable on this device: fp8 matmul"),
+                          ("gemm.fp8,memory", "error: --only gemm.fp8: not measurable on this device"),
+                          ("transfer", "error: --only transfer: nothing this device can measure (transfer: the "
+                                       "transfer benchmarks need a CUDA GPU)")):
+        result = cli("bench", "--device", "cpu", "--quick", "--only", only, "--save", str(save))
+        assert result.code == 2 and result.stdout == "" and "Traceback" not in result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 2 and lines[0].startswith(message) and lines[1].startswith("hint: "), lines
+        assert save.read_bytes() == TWO.read_bytes(), "the file a refused run would have replaced is kept"
+        hints.append(lines[1])
+    assert hints[0] == "hint: the gemm benchmarks this device runs: gemm.fp32, gemm.bf16, gemm.fp16, gemm.int8"
 
 
 def test_a_quick_cpu_run_prints_the_table_and_saves(invoke, tmp_path: Path) -> None:

@@ -94,6 +94,22 @@ def test_other_busy_processes_during_a_steady_figure_are_noted(runs) -> None:
     assert row.note == "other processes busy during b"
 
 
+@pytest.mark.parametrize("busy_side", ["a", "b"])
+def test_a_difference_measured_beside_busy_processes_is_disturbed_not_faster_or_slower(runs, busy_side) -> None:
+    # the probe's gemm.bf16: 1.68 TFLOP/s (1.67-1.73) quiet, then 0.66 (0.64-0.69) beside a python at 101% CPU
+    one, _ = runs
+    quiet = _with_interval(one, "gemm.fp32", 1.68e12, 1.67e12, 1.73e12)
+    loaded = _with_interval(one, "gemm.fp32", 0.66e12, 0.64e12, 0.69e12)
+    loaded = dataclasses.replace(loaded, results=[dataclasses.replace(loaded.results[0], conditions={
+        "start": {"busy_processes": [{"pid": 13550, "name": "python", "cpu_percent": 101.0}]}, "end": {}})])
+    a, b = (quiet, loaded) if busy_side == "b" else (loaded, quiet)
+    row = compare_runs(a, b).rows[0]
+    assert row.verdict == "disturbed" and row.busy == (busy_side,)
+    assert row.note == f"other processes busy during {busy_side}"
+    assert row.to_dict()["verdict"] == "disturbed" and row.to_dict()["busy"] == [busy_side]
+    assert compare_runs(quiet, quiet).rows[0].to_dict()["busy"] == []
+
+
 def _swept(run, name: str, value: float, low: float, high: float, sweep: dict[int, float]):
     """``name`` as a swept figure: measured at the sweep's best size, with the sweep's rate at each size."""
     base = run.result(name)

@@ -146,3 +146,38 @@ def test_a_steady_figure_measured_beside_busy_processes_says_so() -> None:
     row = next(line for line in text.splitlines() if "gemm.fp32" in line)
     assert "others busy" in row and "noisy" not in row
     assert "a steady figure can still be low" in text
+
+
+def test_compare_at_80_columns_wraps_a_verdict_between_words_never_inside_one() -> None:
+    # the probe's runs: gemm.fp16 measured at different best sizes, gemm.bf16 beside a busy process in b
+    fp16_a = _figure("gemm.fp16", 278.7e9, 275e9, 284e9)
+    fp16_b = _figure("gemm.fp16", 270.8e9, 258e9, 274e9)
+    fp16_a.params.update(shape="n=2048", sweep=[{"size": 2048, "median_s": 1, "value": 280e9}])
+    fp16_b.params.update(shape="n=3072", sweep=[{"size": 3072, "median_s": 1, "value": 271e9}])
+    bf16_a = _figure("gemm.bf16", 1.68e12, 1.67e12, 1.73e12)
+    bf16_b = dataclasses.replace(_figure("gemm.bf16", 0.66e12, 0.64e12, 0.69e12), conditions={
+        "start": {"busy_processes": [{"pid": 13550, "name": "python", "cpu_percent": 101.0}]}})
+    names = ("llm.fp32.decode.m16.k4096.n14336", "attention.fp32.s512", "launch.op_dispatch")
+    rest_a = [_figure(n, 10.4e9, 10.1e9, 11.3e9, noisy=True) for n in names]
+    rest_b = [_figure(n, 11.4e9, 11.0e9, 11.7e9) for n in names]
+    copy = _figure("threads.copy.t1", 10.9e9, 10.6e9, 11.1e9, unit="B/s", metric="bytes_per_s")
+    copy_b = _figure("threads.copy.t1", 10.0e9, 9.89e9, 10.6e9, unit="B/s", metric="bytes_per_s")
+    a = BenchRun(CPU, "a", results=[fp16_a, bf16_a, *rest_a, copy])
+    b = BenchRun(CPU, "b", results=[fp16_b, bf16_b, *rest_b, copy_b])
+    text = _at(80, render_comparison, compare_runs(a, b, "b1.json", "b2.json"))
+    lines = text.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80 and "…" not in text
+    header = next(line for line in lines if line.lstrip().startswith("benchmark"))
+    start, end = header.index("verdict"), header.index("note")
+    rule = next(i for i, line in enumerate(lines) if "───" in line)
+    table = lines[rule + 1:next(i for i, line in enumerate(lines) if i > rule and not line.strip())]
+    words = [word for line in table for word in line[start:end].split()]
+    allowed = {"faster", "slower", "within", "noise", "noisy", "not", "comparable", "disturbed", "the", "sweep's",
+               "spread", "no", "interval"}
+    assert words and set(words) <= allowed, words
+    bf16 = next(i for i, line in enumerate(table) if line.startswith("gemm.bf16"))
+    assert "disturbed" in table[bf16] and "slower" not in table[bf16]
+    fp16 = next(i for i, line in enumerate(table) if line.startswith("gemm.fp16"))
+    assert table[fp16][start:end].split() == ["not"] and table[fp16 + 1][start:end].split() == ["comparable"]
+    assert "[2] gemm.bf16: other processes busy during b" in text
+    assert "disturbed: other processes were busy during a steady figure" in " ".join(text.split())

@@ -10,7 +10,7 @@ import pytest
 from gpufly.bench.benchmark import Benchmark, Kernel, Unsupported
 from gpufly.bench.cpu import thread_counts
 from gpufly.bench.results import load_run
-from gpufly.bench.run import annotate, check_names, parse_device, parse_only, run_benchmarks, select
+from gpufly.bench.run import annotate, check_names, check_runnable, parse_device, parse_only, run_benchmarks, select
 from gpufly.errors import GpuflyError
 from tests.bench.fakes import FakeDevice, FakeHost, slow_benchmark
 
@@ -200,3 +200,106 @@ def test_a_typo_in_a_benchmark_name_is_refused_with_the_closest_names() -> None:
     assert raised.value.hint.startswith("did you mean gemm.fp32")
     for fine in (["gemm", "gemm.fp32"], ["llm.fp32.decode"], ["transfer.h2d"], ["threads"]):
         check_names(plan, ("gemm", "memory", "llm"), fine)
+
+
+def test_a_run_that_measures_nothing_never_replaces_the_saved_file(tmp_path: Path) -> None:
+    device = FakeDevice()
+    save = tmp_path / "keep.json"
+    save.write_text('{"kept": true}')
+    plan = [_failing("gemm.fp8", Unsupported("fp8 needs 8.9")), _failing("gemm.int8", RuntimeError("out of memory"))]
+    run = run_benchmarks(device, plan, save=save, host=FakeHost())
+    assert run.results == [] and len(run.errors) == 2
+    assert save.read_text() == '{"kept": true}'
+    fresh = tmp_path / "new.json"
+    run_benchmarks(device, plan, save=fresh, host=FakeHost())
+    assert not fresh.exists()
+
+
+def test_a_run_that_measures_something_is_saved_with_the_errors_before_it(tmp_path: Path) -> None:
+    device = FakeDevice()
+    save = tmp_path / "run.json"
+    plan = [_failing("gemm.fp8", Unsupported("fp8 needs 8.9")), slow_benchmark(device, "gemm.bf16", 0.01, 1e12)]
+    run_benchmarks(device, plan, save=save, host=FakeHost())
+    saved = load_run(save)
+    assert [r.name for r in saved.results] == ["gemm.bf16"] and [e.name for e in saved.errors] == ["gemm.fp8"]
+
+
+def test_a_benchmark_the_plan_knows_cannot_run_is_recorded_without_being_built() -> None:
+    device = FakeDevice()
+    built = []
+
+    def build() -> Kernel:
+        built.append(True)
+        return Kernel(lambda: None, 1.0)
+
+    plan = [Benchmark("gemm.fp8", "gemm", "flops_per_s", build, unsupported="a CPU emulates fp8")]
+    run = run_benchmarks(device, plan, host=FakeHost())
+    assert built == [] and [(e.name, e.error) for e in run.errors] == [("gemm.fp8", "a CPU emulates fp8")]
+    assert device.recovered == 0
+
+
+def _plan_with_fp8(device: FakeDevice) -> list[Benchmark]:
+    import dataclasses
+
+    fp8 = dataclasses.replace(slow_benchmark(device, "gemm.fp8", 0.01, 1), unsupported="a CPU emulates fp8")
+    return [slow_benchmark(device, "gemm.fp32", 0.01, 1), fp8,
+            slow_benchmark(device, "memory.copy", 0.01, 1, group="memory")]
+
+
+def test_a_selection_the_device_cannot_run_is_refused_before_anything_is_measured() -> None:
+    device = FakeDevice()
+    plan = _plan_with_fp8(device)
+    with pytest.raises(GpuflyError, match=r"--only gemm\.fp8: not measurable on this device: a CPU emulates fp8") \
+            as raised:
+        check_runnable(plan, ("gemm", "memory", "transfer"), ["gemm.fp8"])
+    assert raised.value.hint == "the gemm benchmarks this device runs: gemm.fp32" and raised.value.exit_code == 2
+    with pytest.raises(GpuflyError, match=r"gemm\.fp8"):
+        check_runnable(plan, ("gemm", "memory"), ["memory", "gemm.fp8"])
+    with pytest.raises(GpuflyError, match="nothing this device can measure") as raised:
+        check_runnable(plan, ("gemm", "memory"), ["transfer"])
+    assert "transfer: the transfer benchmarks need a CUDA GPU" in raised.value.message
+    for fine in ([], ["gemm"], ["gemm.fp32"], ["memory", "transfer"]):
+        check_runnable(plan, ("gemm", "memory"), fine)
+
+
+def _square(name: str, value: float, n: int, *, threads: int | None = None, sweep: bool = False,
+            busy: bool = False):
+    from gpufly.bench.results import BenchResult
+    from gpufly.bench.timing import summarize
+
+    params = {"dtype": "fp32", "m": n, "n": n, "k": n, "shape": f"n={n}"}
+    if threads is not None:
+        params["threads"] = threads
+    if sweep:
+        params["sweep"] = [{"size": n, "median_s": 1.0, "value": value}]
+    conditions = {"start": {"load_average_1m": 1.3, "cpu_cores": 2, "busy_processes": [
+        {"pid": 13551, "name": "python", "cpu_percent": 100.4}] if busy else []}, "end": {}}
+    return BenchResult(name=name, group=name.split(".")[0], metric="flops_per_s", value=value, unit="FLOP/s",
+                       params=params, timing=summarize([1.0] * 9, warmup=1), value_low=value * 0.97,
+                       value_high=value * 1.01, conditions=conditions)
+
+
+def test_a_ceiling_far_below_the_same_kernel_elsewhere_in_the_run_is_marked_noisy() -> None:
+    # the probe's run: gemm.fp32 (best of its sweep, n=1536, 2 threads by default) read 120.8 GFLOP/s beside a python
+    # process at 100% CPU, and threads.gemm.fp32.t2 (n=1024, 2 threads) read 269.8 a minute later
+    results = [_square("gemm.fp32", 120.8e9, 1536, sweep=True, busy=True),
+               _square("threads.gemm.fp32.t1", 130.8e9, 1024, threads=1),
+               _square("threads.gemm.fp32.t2", 269.8e9, 1024, threads=2)]
+    annotated = {r.name: r for r in annotate(results, threads=2)}
+    ceiling = annotated["gemm.fp32"]
+    assert ceiling.noisy and ceiling.noise is not None
+    assert ceiling.noise.startswith("threads.gemm.fp32.t2 measured 270 GFLOP/s for the same kernel (fp32, n=1024, "
+                                    "2 threads) in this run, 2.23x this ceiling; python (pid 13551) at 100% CPU")
+    assert not annotated["threads.gemm.fp32.t1"].noisy and not annotated["threads.gemm.fp32.t2"].noisy
+    # at one thread by default, the two-thread figure is another kernel; within 1.5x, nothing is said
+    assert not {r.name: r for r in annotate(results, threads=1)}["gemm.fp32"].noisy
+    agreeing = [_square("gemm.fp32", 250e9, 1536, sweep=True), results[2]]
+    assert not any(r.noisy for r in annotate(agreeing, threads=2))
+
+
+def test_a_fixed_size_figure_is_checked_only_against_the_same_size() -> None:
+    low = _square("threads.gemm.fp32.t2", 100e9, 1024, threads=2)
+    same = _square("gemm.fp32", 300e9, 1024, sweep=True)
+    other = _square("gemm.fp32", 300e9, 2048, sweep=True)
+    assert {r.name: r for r in annotate([same, low], threads=2)}["threads.gemm.fp32.t2"].noisy
+    assert not any(r.noisy for r in annotate([other, low], threads=2))

@@ -40,7 +40,9 @@ class Benchmark:
     datasheet figure it is set beside ("bf16", "memory", "pcie") or is None. ``timer`` is "device"
     (time the device's own timeline), "graph" (the device's timeline over calls replayed as one CUDA
     graph, for kernels shorter than a launch; eager where capture fails) or "host" (wall clock with
-    synchronization: for latencies that the host's launch overhead is part of).
+    synchronization: for latencies that the host's launch overhead is part of). ``unsupported`` says why this
+    device cannot run it, where the plan knows before building (fp8 on a CPU): it is recorded as not measured
+    without being built, and `--only` refuses to select nothing but such benchmarks.
     """
 
     name: str
@@ -56,6 +58,7 @@ class Benchmark:
     sizes: tuple[int, ...] = ()
     sweep_repeats: int = 3
     max_call_s: float = 1.0
+    unsupported: str | None = None
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:

@@ -5,7 +5,9 @@ Non-overlapping 95% intervals is a strict test (two figures can differ at 95% wi
 intervals), so "beyond noise" is said only of differences that are surely real; a difference inside the
 intervals is "within noise", never called a speed-up. A figure its own run marked noisy decides nothing: its
 interval did not settle, and what disturbed it (another process for the whole measurement) can shift a figure
-without widening it, so the verdict is "noisy".
+without widening it, so the verdict is "noisy". Nor does a steady figure measured while other processes were busy
+(just before or during it): a process holding one of two cores for the whole measurement leaves a narrow
+interval around a low figure, so the verdict is "disturbed", and the note says on which side.
 
 Two figures measured at different sizes (a GEMM ceiling is the best size of a sweep, and two runs can pick
 different sizes) are "not comparable": a shape's speed is part of the figure, so their ratio says nothing about
@@ -40,19 +42,24 @@ class Row:
     sweep_spread: float | None = None
     """The largest relative gap, in either run, between its figure and its sweep's measurement at the same size
     (0.25: 25%); None where neither figure came from a sweep."""
+    busy: tuple[str, ...] = ()
+    """The sides ("a", "b") whose figure was steady but measured while other processes were busy."""
 
     @property
     def verdict(self) -> str | None:
         """"faster" or "slower" (b against a, beyond noise), "within noise", "noisy" (either figure was marked so),
-        "not comparable" (measured at different sizes), "within the sweep's spread" (no larger than the run-to-run
-        spread the sweeps show, with or without intervals), "no interval" (a run saved before gpufly measured
-        intervals), or None where one side is missing."""
+        "not comparable" (measured at different sizes), "disturbed" (either figure was measured while other
+        processes were busy, so neither a difference nor its absence is established), "within the sweep's spread"
+        (no larger than the run-to-run spread the sweeps show, with or without intervals), "no interval" (a run
+        saved before gpufly measured intervals), or None where one side is missing."""
         if self.a is None or self.b is None:
             return None
         if self.noisy:
             return "noisy"
         if self.unlike is not None:
             return "not comparable"
+        if self.busy:
+            return "disturbed"
         if self.within_spread:
             return "within the sweep's spread"
         if self.a_interval is None or self.b_interval is None:
@@ -107,7 +114,8 @@ class Row:
                 "a_interval": list(self.a_interval) if self.a_interval else None,
                 "b_interval": list(self.b_interval) if self.b_interval else None,
                 "b_speedup_range": list(self.speedup_range) if self.speedup_range else None,
-                "sweep_spread": self.sweep_spread, "verdict": self.verdict, "note": self.note}
+                "sweep_spread": self.sweep_spread, "busy": list(self.busy), "verdict": self.verdict,
+                "note": self.note}
 
 
 @dataclass(frozen=True)
@@ -164,17 +172,22 @@ def _interval(result: BenchResult | None) -> tuple[float, float] | None:
     return result.value_low, result.value_high
 
 
+def _busy(left: BenchResult, right: BenchResult) -> tuple[str, ...]:
+    """The sides whose steady (not noisy) figure was measured while other processes were busy."""
+    return tuple(side for side, result in (("a", left), ("b", right)) if not result.noisy and result.busy_processes)
+
+
 def _notes(left: BenchResult | None, right: BenchResult | None) -> str | None:
     if not (left and right):
         return "only in a" if left else "only in b"
     noisy = [side for side, result in (("a", left), ("b", right)) if result.noisy]
-    busy = [side for side, result in (("a", left), ("b", right)) if not result.noisy and result.busy_processes]
+    busy = _busy(left, right)
     spread = _spread(left, right)
     within = (spread is not None and left.value > 0 and right.value > 0
               and max(left.value, right.value) / min(left.value, right.value) <= 1 + spread)
     parts = [_unlike(left, right),
              f"within the sweep's spread: a sweep and its figure at the same size differ by up to {spread:.0%}"
-             if within and spread is not None and _unlike(left, right) is None and not noisy else None,
+             if within and spread is not None and _unlike(left, right) is None and not noisy and not busy else None,
              f"noisy in {' and '.join(noisy)}" if noisy else None,
              f"other processes busy during {' and '.join(busy)}" if busy else None]
     return "; ".join(part for part in parts if part) or None
@@ -196,5 +209,6 @@ def compare_runs(a: BenchRun, b: BenchRun, a_label: str = "a", b_label: str = "b
                         right.value if right else None, note, _interval(left), _interval(right),
                         noisy=any(result.noisy for result in (left, right) if result),
                         unlike=_unlike(left, right) if left and right else None,
-                        sweep_spread=_spread(left, right) if left and right else None))
+                        sweep_spread=_spread(left, right) if left and right else None,
+                        busy=_busy(left, right) if left and right else ()))
     return Comparison(a_label, b_label, a.device, b.device, rows)

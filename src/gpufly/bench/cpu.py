@@ -25,6 +25,8 @@ GEMM_SIZES = (512, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
 """The square sizes a GEMM ceiling is swept over (bench/sweep.py); the sweep stops before a size whose call would
 take over the plan's limit, so a slow precision stops early."""
 QUICK_GEMM_SIZES = (512, 1024, 1536, 2048, 3072, 4096)
+FP8_UNSUPPORTED = ("fp8 matmul needs fp8 tensor cores (a GPU of compute capability 8.9 or newer); a CPU emulates "
+                   "it, so its time is no ceiling")
 ROTATE_BYTES = 256 * 2**20
 """Weights cycled per LLM-shape matmul spill this much, more than any CPU's last-level cache."""
 
@@ -108,7 +110,7 @@ class CpuDevice:
         plan = [
             Benchmark(f"gemm.{dtype}", "gemm", "ops_per_s" if dtype == "int8" else "flops_per_s",
                       functools.partial(_square, torch, cpu, dtype), peak=dtype, warmup=warmup, repeats=repeats,
-                      sizes=sizes, max_call_s=max_call_s)
+                      sizes=sizes, max_call_s=max_call_s, unsupported=FP8_UNSUPPORTED if dtype == "fp8" else None)
             for dtype in GEMM_DTYPES
         ]
         prefill = () if quick else (2048,)
@@ -150,8 +152,7 @@ class CpuDevice:
 
 def _square(torch: Any, device: Any, dtype: str, n: int) -> Kernel:
     if dtype == "fp8":
-        raise Unsupported("fp8 matmul needs fp8 tensor cores (a GPU of compute capability 8.9 or newer); a CPU "
-                          "emulates it, so its time is no ceiling")
+        raise Unsupported(FP8_UNSUPPORTED)
     return kernels.gemm(torch, device, dtype, n, n, n)
 
 

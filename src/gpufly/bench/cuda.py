@@ -264,7 +264,8 @@ class CudaDevice:
             settings = functools.partial(fp32_matmul, torch, dtype == "tf32")
             plan.append(Benchmark(f"gemm.{dtype}", "gemm", "ops_per_s" if dtype == "int8" else "flops_per_s",
                                   functools.partial(self._square, dtype), peak=dtype, warmup=warmup,
-                                  repeats=repeats, settings=settings, sizes=sizes, sweep_repeats=5))
+                                  repeats=repeats, settings=settings, sizes=sizes, sweep_repeats=5,
+                                  unsupported=self._unsupported(dtype)))
         rotate = max(256 * 2**20, 4 * int(getattr(self.props, "L2_cache_size", 0) or 0))
         half = self.half
         for m in ((1, 16) if quick else (1, 4, 16)) + (2048,):
@@ -309,12 +310,19 @@ class CudaDevice:
                       {"kernels_per_step": KERNELS_PER_STEP}, warmup=10, repeats=repeats, timer="host"),
         ]
 
-    def _square(self, dtype: str, n: int) -> Kernel:
+    def _unsupported(self, dtype: str) -> str | None:
+        """Why this GPU cannot run a GEMM at ``dtype``, known before building one; None where it can."""
         if dtype == "fp8" and self.capability < (8, 9):
-            raise Unsupported(f"fp8 matmul needs compute capability 8.9 or newer (Ada, Hopper, Blackwell); "
-                              f"this GPU is {self.capability[0]}.{self.capability[1]}")
+            return (f"fp8 matmul needs compute capability 8.9 or newer (Ada, Hopper, Blackwell); "
+                    f"this GPU is {self.capability[0]}.{self.capability[1]}")
         if dtype == "bf16" and not self._torch.cuda.is_bf16_supported():
-            raise Unsupported("bf16 needs compute capability 8.0 or newer (Ampere)")
+            return "bf16 needs compute capability 8.0 or newer (Ampere)"
+        return None
+
+    def _square(self, dtype: str, n: int) -> Kernel:
+        why = self._unsupported(dtype)
+        if why is not None:
+            raise Unsupported(why)
         return kernels.gemm(self._torch, self.device, dtype, n, n, n)
 
     def _tiny(self, target_s: float) -> Kernel:

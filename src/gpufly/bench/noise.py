@@ -116,7 +116,12 @@ def noise_reason(measured: Measured, start: dict[str, Any], end: dict[str, Any],
     after = f"after {count} attempt{'s' if count > 1 else ''}"
     head = (f"{measured.disagrees}, {after}" if measured.disagrees is not None
             else f"interval {width:.1%} of the median {after} (limit {limit:.0%})")
+    return "; ".join([head, *disturbance(start, end)])
+
+
+def disturbance(start: dict[str, Any], end: dict[str, Any]) -> list[str]:
+    """``causes``, saying so where no other busy process, GPU slowdown or clock change was seen."""
     seen = causes(start, end)
     if not any("pid" in cause or "GPU" in cause or "clock" in cause for cause in seen):
         seen.append("no other busy process seen")
-    return "; ".join([head, *seen])
+    return seen

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from gpufly.bench.benchmark import Benchmark, Kernel, Unsupported
 from gpufly.bench.conditions import HostProbe, HostWatch
-from gpufly.bench.noise import MAX_ATTEMPTS, NOISE_LIMIT, measure_until_stable, noise_reason
+from gpufly.bench.noise import MAX_ATTEMPTS, NOISE_LIMIT, disturbance, measure_until_stable, noise_reason
 from gpufly.bench.peaks import peak_for, percent_of_peak
 from gpufly.bench.results import BenchError, BenchResult, BenchRun, DeviceFacts
 from gpufly.bench.sweep import SweepPoint, sweep_sizes
@@ -120,6 +120,33 @@ def check_names(plan: Sequence[Benchmark], device_groups: Sequence[str], only: S
                 else f"the {group} benchmarks here: {', '.join(in_group[:8])}" if in_group
                 else f"groups: {', '.join(device_groups)}")
         raise GpuflyError(f"--only {name}: no such benchmark on this device", hint=hint)
+
+
+def _matches(benchmark: Benchmark, name: str) -> bool:
+    return benchmark.group == name or benchmark.name == name or benchmark.name.startswith(name + ".")
+
+
+def check_runnable(plan: Sequence[Benchmark], device_groups: Sequence[str], only: Sequence[str]) -> None:
+    """Refuse, before anything is measured or written, an --only selection this device cannot measure: a name all
+    of whose benchmarks the device cannot run (gemm.fp8 on a CPU, with the reason the plan gives), or a selection
+    that leaves nothing to measure (--only transfer on a CPU). One error with a hint, as for an unknown name, so a
+    --save file is never replaced by a run that measured nothing."""
+    if not only:
+        return
+    for name in only:
+        picked = [b for b in plan if _matches(b, name)]
+        if picked and all(b.unsupported for b in picked):
+            reasons = list(dict.fromkeys(b.unsupported or "" for b in picked))
+            group = name.split(".")[0]
+            runnable = [b.name for b in plan if b.group == group and not b.unsupported]
+            hint = (f"the {group} benchmarks this device runs: {', '.join(runnable[:8])}" if runnable
+                    else f"groups this device runs: {', '.join(device_groups)}")
+            raise GpuflyError(f"--only {name}: not measurable on this device: {'; '.join(reasons)}", hint=hint)
+    if not any(not b.unsupported and any(_matches(b, name) for name in only) for b in plan):
+        _, missing = select(plan, device_groups, only)
+        why = "; ".join(f"{error.name}: {error.error}" for error in missing) or "no benchmark selected"
+        raise GpuflyError(f"--only {','.join(only)}: nothing this device can measure ({why})",
+                          hint=f"groups this device runs: {', '.join(device_groups)}")
 
 
 def select(plan: Sequence[Benchmark], device_groups: Sequence[str], only: Sequence[str]) -> tuple[
@@ -243,32 +270,86 @@ def run_benchmarks(device: Device, benchmarks: Sequence[Benchmark], *, settings:
     run = BenchRun(device=device.facts(), started_at=_now(),
                    settings={**(settings or {}), "environment": device.environment(), "noise_limit": noise_limit,
                              "max_attempts": max_attempts}, errors=list(errors))
-    if save is not None:
-        run.save(save)
     for position, benchmark in enumerate(benchmarks):
         if on_start is not None:
             on_start(position, benchmark)
         entry: BenchResult | BenchError
-        try:
-            entry = measure_one(device, benchmark, host, noise_limit=noise_limit, max_attempts=max_attempts)
-            run.results.append(entry)
-        except Exception as exc:  # an unsupported precision or an OOM is the finding, whatever its type
-            entry = BenchError(benchmark.name, benchmark.group, describe_failure(exc), dict(benchmark.params))
+        if benchmark.unsupported:
+            entry = BenchError(benchmark.name, benchmark.group, benchmark.unsupported, dict(benchmark.params))
             run.errors.append(entry)
-            device.recover()
-        if save is not None:
+        else:
+            try:
+                entry = measure_one(device, benchmark, host, noise_limit=noise_limit, max_attempts=max_attempts)
+                run.results.append(entry)
+            except Exception as exc:  # an unsupported precision or an OOM is the finding, whatever its type
+                entry = BenchError(benchmark.name, benchmark.group, describe_failure(exc), dict(benchmark.params))
+                run.errors.append(entry)
+                device.recover()
+        if save is not None and run.results:  # a run that measured nothing never replaces what the file holds
             run.save(save)
         if on_done is not None:
             on_done(entry)
-    run.results = annotate(run.results)
+    run.results = annotate(run.results, run.device.cpu_threads)
     run.finished_at = _now()
-    if save is not None:
+    if save is not None and run.results:
         run.save(save)
     return run
 
 
-def annotate(results: list[BenchResult]) -> list[BenchResult]:
-    """Notes that need two results: thread scaling against one thread, and what CUDA graphs save."""
+def _gemm_kernel(result: BenchResult, threads: int | None) -> tuple[str, str, int | None] | None:
+    """What makes two square-GEMM figures measurements of the same kernel: the metric, the dtype and the thread
+    count (a figure without its own, such as gemm.fp32, ran at the run's default ``threads``); None for any other
+    figure."""
+    params = result.params
+    size = params.get("m")
+    if result.group not in ("gemm", "threads") or not isinstance(size, int) or not params.get("dtype"):
+        return None
+    if params.get("n") != size or params.get("k") != size:
+        return None
+    count = params.get("threads", threads)
+    return result.metric, str(params["dtype"]), count if isinstance(count, int) else None
+
+
+def consistency(results: Sequence[BenchResult], threads: int | None = None,
+                factor: float = SWEEP_AGREEMENT) -> dict[str, str]:
+    """Why a figure is far below another measurement of the same kernel in the same run (more than ``factor``),
+    by name; figures already noisy are neither judged nor used as the reference.
+
+    A GEMM ceiling (the best of a sweep, params.sweep) must be at least what the same dtype at the same thread
+    count reached at any size (threads.gemm.fp32.t2 is gemm.fp32 at n=1024 with 2 threads); a figure at one size,
+    at least what the same kernel reached at that size. A ceiling at 120.8 GFLOP/s beside 269.8 at n=1024 means
+    other work held the cores through the ceiling's measurement without widening its interval.
+    """
+    found: dict[str, str] = {}
+    kernels = {id(r): _gemm_kernel(r, threads) for r in results}
+    for figure in results:
+        kernel = kernels[id(figure)]
+        if kernel is None or figure.noisy or figure.value <= 0:
+            continue
+        ceiling = bool(figure.params.get("sweep"))
+        higher = [other for other in results if other is not figure and not other.noisy
+                  and kernels[id(other)] == kernel and other.value > factor * figure.value
+                  and (ceiling or other.params.get("m") == figure.params.get("m"))]
+        if not higher:
+            continue
+        best = max(higher, key=lambda other: other.value)
+        where = ", ".join(part for part in (kernel[1], f"n={best.params.get('m')}",
+                                            f"{kernel[2]} thread{'s' if kernel[2] != 1 else ''}"
+                                            if kernel[2] is not None else "") if part)
+        what = "ceiling" if ceiling else "figure"
+        found[figure.name] = (f"{best.name} measured {_si(best.value, best.unit)} for the same kernel ({where}) in "
+                              f"this run, {best.value / figure.value:.3g}x this {what}")
+    return found
+
+
+def annotate(results: list[BenchResult], threads: int | None = None) -> list[BenchResult]:
+    """Notes that need two results: thread scaling against one thread, and what CUDA graphs save; and a figure far
+    below another measurement of the same kernel in the run (``consistency``) marked noisy, with why and what the
+    machine was doing. ``threads`` is the run's default thread count (a CPU run's), None where it does not apply."""
+    disagree = consistency(results, threads)
+    results = [dataclasses.replace(r, noisy=True, noise="; ".join(
+        [disagree[r.name], *disturbance(r.conditions.get("start", {}), r.conditions.get("end", {}))]))
+        if r.name in disagree else r for r in results]
     by_name = {r.name: r for r in results}
     annotated = []
     for result in results:

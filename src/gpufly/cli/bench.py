@@ -16,15 +16,20 @@ from rich.table import Table
 from gpufly.cli.paths import check_writable
 from gpufly.cli.render import MISSING, console, error_console, print_json, print_note
 from gpufly.errors import GpuflyError
+from gpufly.i18n import gettext as _
 
 if TYPE_CHECKING:
     from gpufly.bench import BenchError, Benchmark, BenchResult, BenchRun, Comparison
     from gpufly.bench.compare import Row
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Of the `--compare --json` output (2 added each row's intervals and verdict; 3 added b_speedup_range,
-sweep_spread and the verdicts "not comparable" and "within the sweep's spread"); a run's own shape is
-gpufly.bench.results.SCHEMA_VERSION."""
+sweep_spread and the verdicts "not comparable" and "within the sweep's spread"; 4 added busy and the verdict
+"disturbed"); a run's own shape is gpufly.bench.results.SCHEMA_VERSION."""
+VERDICTS = ("faster", "slower", "within noise", "noisy", "not comparable", "disturbed", "within the sweep's spread",
+            "no interval")
+"""Every verdict --compare gives; the verdict column is as wide as the longest word among them, so a verdict
+wraps between words, never inside one."""
 
 NAME_WIDTH = 20
 """Benchmark names wrap after a dot at this width, so a table fits 80 columns without breaking a word."""
@@ -195,12 +200,13 @@ def render_comparison(comparison: Comparison, out: Console) -> None:
     own column, the verdict wraps, and notes are numbered under the table."""
     out.print(f"a: {comparison.a_label}: {comparison.a_device.summary}", markup=False)
     out.print(f"b: {comparison.b_label}: {comparison.b_device.summary}", markup=False)
-    table = Table(box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False, collapse_padding=True)
+    table = Table(box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False, collapse_padding=True, show_edge=False)
     table.add_column("benchmark", no_wrap=True, overflow="fold")
     table.add_column("unit", no_wrap=True)
     for column in ("a", "b", "b vs a"):
         table.add_column(column, justify="right", no_wrap=True)
-    table.add_column("verdict", min_width=6, overflow="fold")
+    table.add_column("verdict", min_width=max(len(word) for verdict in VERDICTS for word in verdict.split()),
+                     overflow="fold")
     table.add_column("note", justify="right", no_wrap=True)
     notes: list[str] = []
     for row in comparison.rows:
@@ -212,12 +218,15 @@ def render_comparison(comparison: Comparison, out: Console) -> None:
                       _with_interval(row.b, row.b_interval, factor), _speedup_cell(row), row.verdict or MISSING,
                       escape(f"[{len(notes)}]") if row.note else "")
     out.print(table)
+    out.print()
     for number, note in enumerate(notes, start=1):
         out.print(f"  [{number}] {note}", markup=False)
     out.print("a, b: each figure with its ~95% interval below it; b vs a: how many times faster b is (for a "
               "latency, a's time over b's), with the range the two intervals allow below it; verdict: faster or "
-              "slower when the two intervals do not overlap, else within noise; not comparable: the figures were "
-              "measured at different sizes; within the sweep's spread: the difference is no larger than a GEMM "
+              "slower when the two intervals do not overlap, else within noise; noisy: a run marked the figure "
+              "noisy; disturbed: other processes were busy during a steady figure, which can shift it without "
+              "widening its interval; not comparable: the figures were measured at different sizes; within the "
+              "sweep's spread: the difference is no larger than a GEMM "
               "sweep's own measurement at that size differs from its figure; no interval: a run saved before "
               "gpufly measured intervals")
 
@@ -293,8 +302,8 @@ def bench(
         _check_compare_options(save, device, quick, only)
         _compare(compare, json_out)
         return
-    from gpufly.bench import open_device, parse_only, run_benchmarks, select
-    from gpufly.bench.run import check_names
+    from gpufly.bench import BenchResult, open_device, parse_only, run_benchmarks, select
+    from gpufly.bench.run import check_names, check_runnable
 
     if save is not None:  # before measuring: a typo in the path must not cost the run
         check_writable("--save", save, "bench.json")
@@ -302,15 +311,24 @@ def bench(
     target = open_device(device)
     plan = target.plan(quick=quick)
     check_names(plan, target.groups, wanted)  # a typo is one error before measuring, not a row of the table
+    check_runnable(plan, target.groups, wanted)  # so is a selection this device cannot measure (gemm.fp8 on a CPU)
     chosen, skipped = select(plan, target.groups, wanted)
     settings = {"device": target.label, "quick": quick, "only": wanted}
+    measured: list[str] = []
     try:
         with _progress(len(chosen)) as (on_start, on_done):
+            def done(entry: BenchResult | BenchError) -> None:
+                if isinstance(entry, BenchResult):
+                    measured.append(entry.name)
+                on_done(entry)
+
             run = run_benchmarks(target, chosen, settings=settings, save=save, errors=skipped,
-                                 on_start=on_start, on_done=on_done)
+                                 on_start=on_start, on_done=done)
     except KeyboardInterrupt:
         if save is not None:
-            error_console().print(f"interrupted: what was measured is in {save}", markup=False)
+            error_console().print(_("interrupted: what was measured is in {path}").format(path=save) if measured
+                                  else _("interrupted before anything was measured; {path} was not written").format(
+                                      path=save), markup=False)
         raise
     if json_out:
         print_json(run.to_dict())
@@ -320,4 +338,5 @@ def bench(
         if save is not None:
             out.print(f"results written to {save}; compare runs with gpufly bench --compare A.json B.json")
     if not run.results:
-        raise GpuflyError("nothing was measured", hint="see the errors above", exit_code=1)
+        kept = f"; {save} was not written" if save is not None else ""
+        raise GpuflyError(f"nothing was measured{kept}", hint="see the errors above", exit_code=1)

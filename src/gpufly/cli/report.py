@@ -13,6 +13,7 @@ from rich.table import Table
 from gpufly.cli.fleet import render_report as render_fleet
 from gpufly.cli.render import LANG_HELP, MISSING, choose_language, console, gib, print_json
 from gpufly.i18n import gettext as _
+from gpufly.report.receipts import no_step_reason, profile_median, profile_receipt, tune_receipt
 
 if TYPE_CHECKING:
     from gpufly.report import LadderPlace, MachineReport, ReachSection, Report, SetupSection, TuneSummary
@@ -103,7 +104,7 @@ def render_reaches(reaches: ReachSection | None, out: Console) -> None:
         table.add_column(column, justify="left" if number == 0 else "right")
     for r in reaches.figures:
         percent = MISSING if r.percent_of_peak is None else f"{r.percent_of_peak:.0f}%"
-        table.add_row(r.name + (" " + _("noisy") if r.noisy else ""), r.shown(r.value), r.interval_text,
+        table.add_row(r.name + (" " + r.tag if r.tag else ""), r.shown(r.value), r.interval_text,
                       r.shown(r.peak) if r.peak else MISSING, percent)
     out.print(table)
     intervals = sorted({r.interval for r in reaches.figures})
@@ -112,6 +113,13 @@ def render_reaches(reaches: ReachSection | None, out: Console) -> None:
         if figure.noisy:
             out.print(_("noisy: {figure}: {why}").format(figure=figure.name,
                                                          why=figure.noise or _("interval too wide")), markup=False)
+    busy = [figure for figure in reaches.figures if figure.others_busy]
+    for figure in busy:
+        out.print(_("others busy: {figure}: {processes}").format(figure=figure.name,
+                                                                 processes="; ".join(figure.busy)), markup=False)
+    if busy:
+        out.print(_("others busy: another process used over 10% CPU just before or during the figure; a steady "
+                    "figure can still be low, so it decides nothing"), markup=False)
 
 
 def _job_header(job: str) -> str:
@@ -197,9 +205,11 @@ def render_actions(actions: list[Action], out: Console) -> None:
 
 
 def render_tune(tuned: TuneSummary, out: Console) -> None:
+    measured_on = "  " + _("measured on: {receipt}").format(receipt=tune_receipt(tuned))
     if tuned.speedup is None and tuned.verdict in ("undecided", "too noisy"):
         out.print(_("tune: {trials} trials; no winner ({verdict}): {reason}").format(
             trials=tuned.trials, verdict=tuned.verdict, reason=tuned.reason), markup=False)
+        out.print(measured_on, markup=False)
         return
     speedup = MISSING if tuned.speedup is None else f"{tuned.speedup:.2f}x"
     if tuned.speedup is not None and tuned.speedup_low is not None and tuned.speedup_high is not None:
@@ -207,17 +217,27 @@ def render_tune(tuned: TuneSummary, out: Console) -> None:
     out.print(_("tune: {trials} trials; best safe {best} at {speedup} the baseline ({unsafe} unsafe, {failed} "
                 "failed)").format(trials=tuned.trials, best=tuned.best, speedup=speedup, unsafe=tuned.unsafe,
                                   failed=tuned.failed), markup=False)
+    out.print(measured_on, markup=False)
     for line in tuned.code:
         out.print(f"  {line}", markup=False)
 
 
 def render_profile(profiled: dict[str, Any], out: Console) -> None:
-    median = profiled["median_step_s"]
-    step = "N/A" if median is None else f"{1000 * median:.1f} ms"
+    command = profiled["command"] or _("a profiled loop")
+    if not profiled["measured_steps"]:
+        out.print(_("profile: {command}: no step was measured: {why}").format(
+            command=command, why=no_step_reason(profiled)), markup=False)
+        for line in profile_receipt(profiled):
+            out.print(f"  {line}", markup=False)
+        for finding in profiled["findings"][:3]:
+            out.print(f"  {finding['title']}: {finding['change']}", markup=False)
+        return
     parts = ", ".join(f"{label} {100 * share:.0f}%" for label, share in profiled["breakdown"].items())
     out.print(_("profile: {command}: {steps} steps, median {step} ({parts})").format(
-        command=profiled["command"] or _("a profiled loop"), steps=profiled["measured_steps"], step=step, parts=parts),
+        command=command, steps=profiled["measured_steps"], step=profile_median(profiled), parts=parts),
         markup=False)
+    for line in profile_receipt(profiled):
+        out.print(f"  {line}", markup=False)
     for finding in profiled["findings"][:3]:
         out.print(f"  {finding['title']}: {finding['change']}", markup=False)
     if not profiled["findings"]:

@@ -66,7 +66,8 @@ def setup_actions(setup: SetupSection) -> list[Action]:
 
 def bench_actions(reaches: ReachSection | None, has_gpu: bool) -> list[Action]:
     """A figure far under its peak (bound: reaching the peak), or a suggestion to measure when nothing was. A figure
-    the bench marked noisy decides nothing: its shortfall may be the other load on the machine."""
+    the bench marked noisy, or measured while other processes were busy, decides nothing: its shortfall may be the
+    other load on the machine."""
     if reaches is None:
         return [Action(_("measure what this machine really reaches"), "gpufly report --bench",
                        _("datasheet figures are ceilings; a slow link, low clocks or a power cap show only when "
@@ -78,11 +79,12 @@ def bench_actions(reaches: ReachSection | None, has_gpu: bool) -> list[Action]:
                    _("{summary}: check throttling, the power limit and the PCIe link").format(summary=figure.summary),
                    BOUND, 100.0 / figure.percent_of_peak, "what it reaches")
             for figure in reaches.against_peak
-            if figure.percent_of_peak and figure.percent_of_peak < LOW_PERCENT_OF_PEAK and not figure.noisy]
+            if figure.percent_of_peak and figure.percent_of_peak < LOW_PERCENT_OF_PEAK and not figure.noisy
+            and not figure.others_busy]
 
 
 def tune_actions(tune: TuneSummary | None) -> list[Action]:
-    if tune is None or not tune.speedup or tune.speedup <= 1.0:
+    if tune is None or not tune.speedup or tune.speedup <= 1.0 or tune.best is None:
         return []
     return [Action(_("apply the tuner's best safe configuration ({best})").format(best=tune.best),
                    "; ".join(tune.code) or tune.best,

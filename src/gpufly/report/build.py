@@ -6,7 +6,7 @@ what goes in it lives here, so a notebook or a fleet aggregator gets the same co
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +37,8 @@ class TuneSummary:
     trials went."""
 
     trials: int
-    best: str
+    best: str | None
+    """The winner's name; None where the run named none (``verdict`` and ``reason`` say why)."""
     speedup: float | None
     knobs: dict[str, Any]
     code: tuple[str, ...]
@@ -48,9 +49,21 @@ class TuneSummary:
     reason: str = ""
     speedup_low: float | None = None
     speedup_high: float | None = None
+    workload: str | None = None
+    device: str | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    """The versions the results file records (its header keeps torch's; Python's and gpufly's are not in it)."""
+    steps: int | None = None
+    """Steps each trial trained."""
+    batch_size: int | None = None
+    """The baseline's batch; None where it reported none."""
+    noise_floor: float | None = None
+    """The run-to-run spread of the baseline's throughput (``gpufly.tune.noise``): the noise a gain must clear."""
+    baseline_runs: int | None = None
+    """How many times the baseline ran through the search: what the noise floor rests on."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "code": list(self.code)}
+        return {**self.__dict__, "code": list(self.code), "versions": dict(self.versions)}
 
 
 @dataclass(frozen=True)
@@ -163,14 +176,30 @@ def tune_summary(path: Path) -> TuneSummary:
     decision = decide(done)
     unsafe = sum(r.status == "unsafe" for r in done)
     failed = sum(r.status in FAILED_STATUSES for r in done)
+    receipt = _tune_receipt(log.identity() or {}, done)
     if decision.winner is None and decision.verdict in ("undecided", "too noisy"):
-        return TuneSummary(trials=len(done), best="none", speedup=None, knobs={}, code=(), unsafe=unsafe,
-                           failed=failed, verdict=decision.verdict, reason=decision.reason)
+        return TuneSummary(trials=len(done), best=None, speedup=None, knobs={}, code=(), unsafe=unsafe,
+                           failed=failed, verdict=decision.verdict, reason=decision.reason, **receipt)
     best = decision.winner or log.best_safe_or_error()  # the latter raises, saying why there is no winner
     return TuneSummary(trials=len(done), best=best.name, speedup=best.speedup, knobs=dict(best.knobs),
                        code=tuple(code_for(dict(best.knobs))), unsafe=unsafe, failed=failed,
                        verdict=decision.verdict, reason=decision.reason,
-                       speedup_low=best.speedup_low, speedup_high=best.speedup_high)
+                       speedup_low=best.speedup_low, speedup_high=best.speedup_high, **receipt)
+
+
+def _tune_receipt(identity: dict[str, Any], done: list[Any]) -> dict[str, Any]:
+    """What a tune results file records of its run: the header's workload, device, torch and steps; the baseline's
+    batch, noise floor and how many runs it rests on (a file written before the header or the baseline's role
+    has less, and says nothing it does not have)."""
+    baseline = next((r for r in done if r.role == "baseline"), None)
+    steps = identity.get("steps")
+    return {"workload": identity.get("workload") if isinstance(identity.get("workload"), str) else None,
+            "device": identity.get("device") if isinstance(identity.get("device"), str) else None,
+            "versions": {"torch": identity["torch"]} if isinstance(identity.get("torch"), str) else {},
+            "steps": steps if isinstance(steps, int) and not isinstance(steps, bool) else None,
+            "batch_size": baseline.batch_size if baseline is not None else None,
+            "noise_floor": baseline.noise_floor if baseline is not None else None,
+            "baseline_runs": len(baseline.throughputs) if baseline is not None and baseline.throughputs else None}
 
 
 def profile_summary(path: Path) -> dict[str, Any]:

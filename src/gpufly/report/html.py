@@ -197,7 +197,7 @@ def _reaches(reaches: ReachSection | None) -> str:
     against = reaches.against_peak
     if against:
         bars = [Bar(r.name, r.percent_of_peak or 0.0, SERIES[0], low=_percent(r, r.low), high=_percent(r, r.high),
-                    reference=100.0, text=f"{r.shown(r.value)} of {r.shown(r.peak)}" + (" noisy" if r.noisy else ""))
+                    reference=100.0, text=f"{r.shown(r.value)} of {r.shown(r.peak)}" + (f" {r.tag}" if r.tag else ""))
                 for r in against]
         parts.append(bar_chart(bars, title="Measured against the datasheet", log=False, chart_id="reaches-chart",
                                axis_label="measured, % of the datasheet peak (dashed line: the peak, 100%)"))
@@ -207,14 +207,19 @@ def _reaches(reaches: ReachSection | None) -> str:
                      "outside it has none to compare with.</p>")
         if rates:
             bars = [Bar(r.name, r.value / 1e12, SERIES[0], low=r.low / 1e12, high=r.high / 1e12,
-                        text=r.shown(r.value)) for r in rates]
+                        text=r.shown(r.value) + (f" {r.tag}" if r.tag else "")) for r in rates]
             parts.append(bar_chart(bars, title="Measured matmul and attention rates", chart_id="reaches-chart",
                                    axis_label="measured rate (TFLOP/s)"))
     parts.append(_table(("figure", "measured", "interval", "datasheet peak", "% of peak", "note"), [
         (escape(r.name), escape(r.shown(r.value)), escape(f"{r.interval_text} ({r.interval})"),
          escape(r.shown(r.peak)), "N/A" if r.percent_of_peak is None else f"{r.percent_of_peak:.0f}%",
-         escape("; ".join(n for n in (f"noisy: {r.noise or 'interval too wide'}" if r.noisy else "", r.note or "")
+         escape("; ".join(n for n in (f"noisy: {r.noise or 'interval too wide'}" if r.noisy else "",
+                                      f"others busy: {', '.join(r.busy)}" if r.others_busy else "", r.note or "")
                           if n))) for r in reaches.figures], numeric=(1, 3, 4)))
+    if any(r.others_busy for r in reaches.figures):
+        parts.append('<p class="muted">others busy: another process used over 10% CPU just before or during the '
+                     "figure; a steady figure can still be low (a process holding a core for the whole measurement "
+                     "leaves a narrow interval around a low figure), so it decides nothing.</p>")
     if reaches.not_measured:
         parts.append(_table(("not measured", "why"), [(escape(n), escape(w)) for n, w in reaches.not_measured]))
     return _section("reaches", "What it reaches", "".join(parts))
@@ -339,14 +344,25 @@ def _next(report: Report) -> str:
                     f'<ol class="actions">{items}</ol>')
 
 
+def _receipt(lines: Iterable[str]) -> str:
+    return "".join(f'<p class="muted receipt">{escape(line)}</p>' for line in lines)
+
+
 def _profile(profiled: dict[str, Any]) -> str:
-    median = profiled["median_step_s"]
-    step = "N/A" if median is None else f"{1000 * median:.1f} ms"
+    from gpufly.report.receipts import no_step_reason, profile_median, profile_receipt
+
+    command = profiled["command"] or "a profiled loop"
+    rows = [(escape(f["title"]), escape(f["seen"]), escape(f["change"])) for f in profiled["findings"]]
+    if not profiled["measured_steps"]:
+        content = (f'<p class="no-steps">{escape(command)}: no step was measured: '
+                   f"{escape(no_step_reason(profiled))}</p>" + _receipt(profile_receipt(profiled)))
+        if rows:
+            content += _table(("finding", "seen", "change"), rows)
+        return _section("profile", "Profile", content)
     bars = [Bar(str(label), 100.0 * share, SERIES[i % len(SERIES)], text=f"{100 * share:.0f}%")
             for i, (label, share) in enumerate(profiled["breakdown"].items())]
-    rows = [(escape(f["title"]), escape(f["seen"]), escape(f["change"])) for f in profiled["findings"]]
-    content = (f"<p>{escape(profiled['command'] or 'a profiled loop')}: {profiled['measured_steps']} steps "
-               f"measured, median step {step}</p>")
+    content = (f"<p>{escape(command)}: {profiled['measured_steps']} steps "
+               f"measured, median step {escape(profile_median(profiled))}</p>" + _receipt(profile_receipt(profiled)))
     if bars:
         content += bar_chart(bars, title="Where the step time goes", chart_id="profile-chart", log=False,
                              axis_label="share of the median step (%)")
@@ -355,17 +371,21 @@ def _profile(profiled: dict[str, Any]) -> str:
 
 
 def _tune(tuned: TuneSummary) -> str:
+    from gpufly.report.receipts import tune_receipt
+
+    measured_on = _receipt([f"measured on: {tune_receipt(tuned)}"])
     if tuned.speedup is None and tuned.verdict in ("undecided", "too noisy"):
         return _section("tune", "Tune", f"<p>{tuned.trials} trials; no winner ({escape(tuned.verdict)}): "
-                                        f"{escape(tuned.reason)}</p>")
+                                        f"{escape(tuned.reason)}</p>" + measured_on)
     speedup = "N/A" if tuned.speedup is None else f"{tuned.speedup:.2f}x"
     if tuned.speedup is not None and tuned.speedup_low is not None and tuned.speedup_high is not None:
         speedup += f" (95% interval {tuned.speedup_low:.2f}-{tuned.speedup_high:.2f})"
     code = "\n".join(tuned.code)
+    best = tuned.best or "none"
     bars = [Bar("baseline", 1.0, NEUTRAL, text="1.00x"),
-            Bar(tuned.best, tuned.speedup or 0.0, GOOD, text=speedup)] if tuned.speedup else []
-    content = (f"<p>{tuned.trials} trials; best safe: <strong>{escape(tuned.best)}</strong> at {speedup} the "
-               f"baseline ({tuned.unsafe} unsafe, {tuned.failed} failed)</p>")
+            Bar(best, tuned.speedup or 0.0, GOOD, text=speedup)] if tuned.speedup else []
+    content = (f"<p>{tuned.trials} trials; best safe: <strong>{escape(best)}</strong> at {speedup} the "
+               f"baseline ({tuned.unsafe} unsafe, {tuned.failed} failed)</p>" + measured_on)
     if bars:
         content += bar_chart(bars, title="Best safe configuration against the baseline", chart_id="tune-chart",
                              log=False, axis_label="speed relative to the baseline (x)")

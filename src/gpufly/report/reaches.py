@@ -34,7 +34,9 @@ def _digits(number: float) -> str:
 @dataclass(frozen=True)
 class Reach:
     """One measured figure: ``value``, ``low``..``high`` and ``peak`` in ``unit`` (the bench's base unit);
-    ``noisy`` when the bench could not narrow its interval, with why in ``noise``."""
+    ``noisy`` when the bench could not narrow its interval, with why in ``noise``; ``busy`` names the other
+    processes busy just before or during a steady figure (`gpufly bench`'s "others busy": a process holding a core
+    for the whole measurement can leave a narrow interval around a low figure)."""
 
     name: str
     group: str
@@ -50,6 +52,17 @@ class Reach:
     note: str | None
     noisy: bool = False
     noise: str | None = None
+    busy: tuple[str, ...] = ()
+
+    @property
+    def others_busy(self) -> bool:
+        """A steady figure measured while other processes were busy: it decides nothing, as a noisy one."""
+        return bool(self.busy) and not self.noisy
+
+    @property
+    def tag(self) -> str:
+        """What the figure's name is marked with: "noisy", "others busy" or nothing."""
+        return _("noisy") if self.noisy else _("others busy") if self.others_busy else ""
 
     def shown(self, value: float | None) -> str:
         """``value`` (in the base unit) with an SI prefix, e.g. '412 TFLOP/s'."""
@@ -68,7 +81,7 @@ class Reach:
     @property
     def summary(self) -> str:
         """'412 TFLOP/s (398-421 TFLOP/s), 42% of 989 TFLOP/s'."""
-        noisy = _(", noisy") if self.noisy else ""
+        noisy = _(", noisy") if self.noisy else _(", others busy") if self.others_busy else ""
         text = f"{self.shown(self.value)} ({self.interval_text}{noisy})"
         if self.peak is not None and self.percent_of_peak is not None:
             text += _(", {percent} of {peak}").format(percent=f"{self.percent_of_peak:.0f}%",
@@ -76,7 +89,7 @@ class Reach:
         return text
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "summary": self.summary}
+        return {**self.__dict__, "busy": list(self.busy), "others_busy": self.others_busy, "summary": self.summary}
 
 
 def reach(result: BenchResult) -> Reach:
@@ -91,8 +104,11 @@ def reach(result: BenchResult) -> Reach:
     else:
         low, high = _spread(result)
         interval = SPREAD_NOTE
+    busy = sorted(result.busy_processes, key=lambda process: -float(process.get("cpu_percent") or 0.0))
     return Reach(result.name, result.group, result.unit, result.value, low, high, timing.repeats, interval,
-                 result.peak, result.peak_source, result.percent_of_peak, result.note, result.noisy, result.noise)
+                 result.peak, result.peak_source, result.percent_of_peak, result.note, result.noisy, result.noise,
+                 tuple(f"{p.get('name') or '?'} (pid {p.get('pid')}) at {float(p.get('cpu_percent') or 0):.0f}% CPU"
+                       for p in busy))
 
 
 def _spread(result: BenchResult) -> tuple[float, float]:
