@@ -181,3 +181,14 @@ def test_kv_changes_are_ones_the_engine_runs() -> None:
                                               kv_format="fp8"), default_catalog().get("4090")))
     to_llama = moved["--engine llama.cpp --quant q4_k_m"]
     assert (to_llama.sdpa, to_llama.flash_attention, to_llama.kv_format) == (False, True, "fp16")
+
+
+def test_the_optimizer_in_backward_is_not_offered_to_a_job_that_accumulates(catalog) -> None:
+    """Stepping in backward frees each gradient as it is made: a job that accumulates (a --global-batch over its
+    ranks' micro-batches) cannot take it, and the change that would be refused is not offered."""
+    from gpufly.estimate.advise import _training_changes
+
+    spec = load_model("llama-3.1-8b")
+    offered = [text for text, _job in _training_changes(spec, Job(task="full", gpus=8, global_batch=64))]
+    assert "--optimizer-in-backward" not in offered
+    assert "--optimizer-in-backward" in [text for text, _job in _training_changes(spec, Job(task="full", gpus=8))]

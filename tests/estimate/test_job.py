@@ -34,23 +34,99 @@ def test_a_gguf_file_brings_its_own_format(llama) -> None:
     assert Job.from_options(from_file, quant="bf16").quant == "bf16"
 
 
-def test_a_quantized_checkpoints_config_brings_its_format_for_inference(tmp_path) -> None:
-    """An AWQ or GPTQ repository's config.json states its quantization: `fit` takes it when --quant is not given
-    (a silent bf16 would count 3.7x the weights), and --quant still overrides it."""
+def _quantized(tmp_path, stated: object, name: str = "config.json"):  # type: ignore[no-untyped-def]
+    """The llama-3.1-8b fixture as a checkpoint whose config.json states ``stated`` as its quantization_config."""
     import json
     from pathlib import Path
 
     from gpufly.models.hf_config import load_config_file
 
     base = load_config_file(Path(__file__).parent.parent / "fixtures" / "configs" / "llama-3.1-8b")
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**base, "quantization_config": stated}))
+    return load_model(str(path))
+
+
+def test_a_quantized_checkpoints_config_brings_its_format_for_inference(tmp_path) -> None:
+    """An AWQ or GPTQ repository's config.json states its quantization: `fit` takes it when --quant is not given
+    (a silent bf16 would count 3.7x the weights), and --quant still overrides it. LoRA trains adapters over the
+    checkpoint as it is stored (PEFT wraps GPTQ, AWQ and bitsandbytes layers), so its frozen base is that format."""
     for method, bits, quant in (("awq", 4, "awq"), ("gptq", 4, "gptq-int4"), ("gptq", 8, "int8")):
-        path = tmp_path / method / str(bits) / "config.json"
-        path.parent.mkdir(parents=True)
-        path.write_text(json.dumps({**base, "quantization_config": {"quant_method": method, "bits": bits}}))
-        spec = load_model(str(path))
+        spec = _quantized(tmp_path, {"quant_method": method, "bits": bits}, f"{method}/{bits}/config.json")
         assert Job.from_options(spec).quant == quant
         assert Job.from_options(spec, quant="bf16").quant == "bf16"
-        assert Job.from_options(spec, task="lora").quant == "bf16", "training keeps its own recipe"
+        assert Job.from_options(spec, task="lora").quant == quant, "LoRA's base is the checkpoint as stored"
+        assert Job.from_options(spec, task="lora", quant="bf16").quant == "bf16", "--quant still wins"
+
+
+def test_lora_over_a_quantized_checkpoint_counts_its_stored_base(tmp_path) -> None:
+    """Counted at bf16, an AWQ checkpoint's frozen base would be 2.8x too large, with nothing said."""
+    from gpufly.estimate.memory import memory
+
+    spec = _quantized(tmp_path, {"quant_method": "awq", "bits": 4})
+    stored = memory(spec, Job.from_options(spec, task="lora")).get("weights")
+    plain = memory(load_model("llama-3.1-8b"), Job.from_options(load_model("llama-3.1-8b"), task="lora"))
+    assert stored < plain.get("weights") / 2.5
+
+
+@pytest.mark.parametrize("stated", [{"quant_method": "gptq", "bits": 4}, {"quant_method": "awq", "bits": 4},
+                                    {"quant_method": "bitsandbytes", "load_in_8bit": True},
+                                    {"quant_method": "hqq", "nbits": 4}])
+def test_full_training_on_a_quantized_checkpoint_is_refused(tmp_path, stated: dict) -> None:
+    """Quantized integer weights cannot be fully fine-tuned: the run would fail where `fit` printed a verdict."""
+    spec = _quantized(tmp_path, stated)
+    for quant in (None, "int4"):
+        with pytest.raises(GpuflyError, match="quantized weights cannot be fully fine-tuned") as raised:
+            Job.from_options(spec, task="full", quant=quant, note=lambda _: None)
+        assert "16-bit original" in (raised.value.hint or "") and "--task lora" in (raised.value.hint or "")
+    assert Job.from_options(spec, task="full", quant="bf16").task == "full", "--quant bf16: the 16-bit weights"
+
+
+def test_qlora_on_a_checkpoint_quantized_otherwise_than_nf4_is_refused(tmp_path) -> None:
+    """QLoRA quantizes a 16-bit base to NF4; transformers loads a GPTQ checkpoint as GPTQ whatever is asked, so an
+    NF4 estimate would price another base than the run loads."""
+    with pytest.raises(GpuflyError, match="QLoRA quantizes a 16-bit base to NF4") as raised:
+        Job.from_options(_quantized(tmp_path, {"quant_method": "gptq", "bits": 4}, "gptq/config.json"),
+                         task="qlora")
+    assert "--task lora" in (raised.value.hint or "")
+    gptq = _quantized(tmp_path, {"quant_method": "gptq", "bits": 4}, "gptq/config.json")
+    assert Job.from_options(gptq, task="qlora", quant="bf16", note=lambda _: None).task == "qlora", (
+        "--quant bf16 says the weights are 16-bit, which QLoRA quantizes")
+    nf4 = _quantized(tmp_path, {"quant_method": "bitsandbytes", "load_in_4bit": True}, "nf4/config.json")
+    assert Job.from_options(nf4, task="qlora").task == "qlora", "a bitsandbytes 4-bit checkpoint is QLoRA's base"
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"quant": "q4_k_m"}, r"LoRA cannot train over a Q4_K_M base \(--quant q4_k_m\)"),
+    ({"quant": "Q8_0"}, "LoRA cannot train over a Q8_0 base"),
+    ({"quant": "exl2"}, "LoRA cannot train over a EXL2-4.0 base"),
+    ({"quant": "q4f16_1"}, "LoRA cannot train over a q4f16_1 base"),
+    ({"quant": "fp8"}, "does not fine-tune FP8-quantized weights"),
+])
+def test_lora_over_a_base_peft_cannot_train_is_refused(llama, options: dict, message: str) -> None:
+    """PEFT adds adapters to PyTorch layers: a GGUF (or EXL2, MLC) base is an inference engine's format, and
+    transformers refuses to fine-tune FP8 weights. A verdict would price a run that cannot start."""
+    with pytest.raises(GpuflyError, match=message) as raised:
+        Job.from_options(llama, task="lora", **options)
+    assert "--task qlora" in (raised.value.hint or "") and "--quant bf16" in (raised.value.hint or "")
+    for quant in ("int8", "int4", "nf4", "fp16"):
+        assert Job.from_options(llama, task="lora", quant=quant).quant == quant
+
+
+def test_lora_over_an_fp8_checkpoint_is_refused(tmp_path) -> None:
+    with pytest.raises(GpuflyError, match="as the checkpoint stores it") as raised:
+        Job.from_options(_quantized(tmp_path, {"quant_method": "fp8"}), task="lora")
+    assert "16-bit original checkpoint" in (raised.value.hint or "")
+
+
+def test_a_gguf_file_is_trained_dequantized_as_said(llama) -> None:
+    """transformers dequantizes a GGUF file to train it: its Q4_K_M type is no training base, and a note says so."""
+    from_file = dataclasses.replace(llama, source="gguf:model.gguf", weight_format="Q4_K_M")
+    said: list[str] = []
+    assert Job.from_options(from_file, task="lora", note=said.append).quant == "bf16"
+    assert len(said) == 1 and "dequantizes" in said[0]
+    assert Job.from_options(from_file, task="full", note=lambda _: None).quant == "bf16"
 
 
 @pytest.mark.parametrize(("stated", "said"), [
@@ -61,21 +137,14 @@ def test_a_quantized_checkpoints_config_brings_its_format_for_inference(tmp_path
 ])
 def test_a_quantization_config_gpufly_cannot_read_asks_for_quant(tmp_path, stated, said) -> None:  # type: ignore[no-untyped-def]
     """Counted at 16 bits, an unread quantized checkpoint's weights would be 2-4x too large with nothing said:
-    inference asks for --quant instead, and --quant (or a training task, which keeps its recipe) goes on."""
-    import json
-    from pathlib import Path
-
-    from gpufly.models.hf_config import load_config_file
-
-    base = load_config_file(Path(__file__).parent.parent / "fixtures" / "configs" / "llama-3.1-8b")
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps({**base, "quantization_config": stated}))
-    spec = load_model(str(path))
-    with pytest.raises(GpuflyError, match="quantization gpufly cannot read") as raised:
-        Job.from_options(spec)
-    assert said in str(raised.value) and "--quant" in (raised.value.hint or "")
-    assert Job.from_options(spec, quant="int4").quant == "int4"
-    assert Job.from_options(spec, task="lora").quant == "bf16"
+    inference and LoRA (whose frozen base is the checkpoint as stored) ask for --quant instead, and --quant goes
+    on."""
+    spec = _quantized(tmp_path, stated)
+    for task in ("infer", "lora"):
+        with pytest.raises(GpuflyError, match="quantization gpufly cannot read") as raised:
+            Job.from_options(spec, task=task)
+        assert said in str(raised.value) and "--quant" in (raised.value.hint or "")
+        assert Job.from_options(spec, task=task, quant="int4").quant == "int4"
 
 
 def test_fp32_turns_the_default_precision_and_mixed_precision_off(llama) -> None:
@@ -273,3 +342,89 @@ def test_a_prompt_is_part_of_the_context_and_a_shorter_context_shortens_it() -> 
     said: list[str] = []
     training = Job.from_options(spec, task="lora", context=1024, prompt=100, note=said.append)
     assert training.prompt == 0 and any("--prompt" in sentence for sentence in said)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"gpus": 8, "global_batch": 64}, "cannot accumulate gradients: --global-batch 64 is more than --batch 1 on 8"),
+    ({"global_batch": 4, "batch": 2}, "cannot accumulate gradients"),
+    ({"gpus": 8, "pipeline_parallel": 2}, r"cannot run a pipeline \(--pp 2\)"),
+    ({"gpus": 8, "pipeline_parallel": 2, "microbatches": 1}, "cannot run a pipeline"),
+])
+def test_optimizer_in_backward_with_accumulated_gradients_is_refused(llama, options: dict, message: str) -> None:
+    """Stepping inside backward applies and frees each gradient as it is made: no micro-batch can add to it
+    (torchtune raises on optimizer_in_bwd with gradient accumulation, torchtitan with pipeline parallelism)."""
+    with pytest.raises(GpuflyError, match=message) as raised:
+        Job.from_options(llama, task="full", precision="bf16", optimizer_in_backward=True, **options)
+    assert "--optimizer-in-backward" in (raised.value.hint or "")
+
+
+def test_optimizer_in_backward_without_accumulation_runs(llama) -> None:
+    job = Job.from_options(llama, task="full", optimizer_in_backward=True, gpus=8, global_batch=8)
+    assert job.optimizer_in_backward and not job.accumulates
+    assert Job.from_options(llama, task="full", gpus=8, global_batch=64).accumulates
+
+
+def test_microbatches_without_a_pipeline_are_dropped_as_said(llama) -> None:
+    """The note says --microbatches is ignored without a pipeline: the step must then be one micro-batch."""
+    from gpufly.estimate.parallel import microbatches
+
+    said: list[str] = []
+    job = Job.from_options(llama, task="full", gpus=8, microbatches=4, note=said.append)
+    assert any(sentence.startswith("--microbatches feeds a pipeline") for sentence in said)
+    assert (job.microbatches, microbatches(job)) == (0, 1)
+    assert Job.from_options(llama, task="full", gpus=8, pipeline_parallel=2, microbatches=4).microbatches == 4
+
+
+@pytest.mark.parametrize(("engine", "said"), [
+    ("sglang", "SGLang does not read it: its share is --mem-fraction-static"),
+    ("mlc-llm", "MLC LLM does not read it: its share is gpu_memory_utilization"),
+    ("tensorrt-llm", "TensorRT-LLM does not read it: its KV cache takes kv_cache_free_gpu_memory_fraction"),
+    ("llama.cpp", "llama.cpp claims no share up front"),
+    ("transformers", "transformers claims no share up front"),
+])
+def test_gpu_memory_utilization_outside_vllm_is_a_note(llama, engine: str, said: str) -> None:
+    """Only vLLM's capacity reads --gpu-memory-utilization: elsewhere it changes nothing, which must be said."""
+    notes = _notes(llama, engine=engine, gpu_memory_utilization=0.5)
+    assert len(notes) == 1 and notes[0].startswith("--gpu-memory-utilization 0.5 sets vLLM's share")
+    assert said in notes[0] and notes[0].endswith("(ignored)")
+
+
+def test_gpu_memory_utilization_is_no_note_for_vllm_or_when_not_given(llama) -> None:
+    assert _notes(llama, engine="vllm", gpu_memory_utilization=0.5) == []
+    assert Job.from_options(llama, engine="vllm", gpu_memory_utilization=0.5).gpu_memory_utilization == 0.5
+    assert _notes(llama, engine="sglang") == [], "not given: nothing to say"
+    assert len(_notes(llama, engine="sglang", gpu_memory_utilization=0.9)) == 1, "given, even at vLLM's default"
+    assert Job.from_options(llama).gpu_memory_utilization == 0.9
+    assert _notes(llama, task="lora", gpu_memory_utilization=0.5) == [
+        "--gpu-memory-utilization 0.5 sets vLLM's share of each GPU; training uses the whole GPU (ignored)"]
+
+
+@pytest.mark.parametrize(("kind", "plural"), [("loss", "losses"), ("task", "tasks"), ("precision", "precisions"),
+                                              ("checkpointing mode", "checkpointing modes")])
+def test_the_hint_for_an_unknown_choice_lists_them_in_good_english(llama, kind: str, plural: str) -> None:
+    option = {"loss": "loss", "task": "task", "precision": "precision", "checkpointing mode": "checkpointing_mode"}
+    with pytest.raises(GpuflyError) as raised:
+        Job.from_options(llama, **{"task": "full", option[kind]: "bogus"})
+    assert (raised.value.hint or "").startswith(f"{plural}: ")
+
+
+@pytest.mark.parametrize(("options", "named"), [
+    ({"task": "full", "checkpointing_mode": "selective"}, "checkpointing on by --checkpointing-mode selective;"),
+    ({"task": "full", "checkpointing_mode": "full"}, "checkpointing on by --checkpointing-mode full;"),
+    ({"task": "full", "checkpointing": True}, "checkpointing on by --checkpointing;"),
+    ({"task": "lora", "checkpointing_mode": "none"}, "checkpointing off by --checkpointing-mode none;"),
+    ({"task": "lora", "checkpointing": False}, "checkpointing off by --no-checkpointing;"),
+])
+def test_the_checkpointing_reason_names_the_option_given(llama, options: dict, named: str) -> None:
+    reason = Job.from_options(llama, **options).checkpointing_reason
+    assert reason.startswith(named)
+    assert reason.count("--checkpointing-mode selective") <= 1
+
+
+def test_a_changed_checkpointing_names_the_option_that_sets_it(llama) -> None:
+    """A change `fit` suggests (job.with_) is named by the option that would make it, not the one first given."""
+    job = Job.from_options(llama, task="full", checkpointing_mode="selective")
+    assert job.with_(selective=False).checkpointing_reason.startswith("checkpointing on by --checkpointing;")
+    assert job.with_(checkpointing=False).checkpointing_reason.startswith("checkpointing off, the full recipe's")
+    assert "checkpointing_option" not in job.to_dict()
+    assert job == Job.from_options(llama, task="full", checkpointing=True).with_(selective=True)

@@ -54,8 +54,9 @@ LoraRank = Annotated[int | None, typer.Option("--lora-rank", help="LoRA rank r. 
 LoraTargets = Annotated[str | None, typer.Option(
     "--lora-targets", help=f"Comma-separated linear layers LoRA adapts. Default: those of {DEFAULT_TARGETS} the "
     "model has.", show_default=False)]
-GpuMemory = Annotated[float, typer.Option("--gpu-memory-utilization",
-                                          help="vLLM: the share of each GPU's memory it may claim.")]
+GpuMemory = Annotated[float | None, typer.Option("--gpu-memory-utilization", show_default=False,
+                                                 help="vLLM: the share of each GPU's memory it may claim. Default: "
+                                                      "0.9, vLLM's.")]
 Fsdp = Annotated[str | None, typer.Option("--fsdp", help="FSDP: full_shard (= ZeRO-3) or shard_grad_op (= ZeRO-2).")]
 Fp32 = Annotated[bool, typer.Option("--fp32", help="Train in fp32 instead of mixed precision (= --precision fp32).")]
 Precision = Annotated[str | None, typer.Option(
@@ -146,7 +147,10 @@ def _describe(spec: ModelSpec, job: Job) -> str:
     extra += _training_extras(job) if job.training else ""
     params = (_("{params} B params, {active} B active") if spec.active_params else _("{params} B params")).format(
         params=f"{spec.params / 1e9:.2f}", active=f"{(spec.active_params or 0) / 1e9:.1f}")
-    task = what[job.task].format(quant=job.quant, rank=job.lora_rank)
+    from gpufly.estimate.formats import weight_format
+
+    fmt = weight_format(job.quant)
+    task = what[job.task].format(quant=fmt.label if fmt.kernel else job.quant, rank=job.lora_rank)
     if not spec.is_transformer:  # a CNN: no context, and no LLM engine
         return _("{model} ({params}; {method}): {task}, batch {batch}").format(
             model=spec.name, params=params, method=spec.params_method, task=task, batch=job.batch) + (
@@ -479,7 +483,7 @@ def fit(
     task: Task = "infer", quant: Quant = None, ctx: Ctx = None, batch: Batch = 1, kv: Kv = "fp16",
     engine: EngineOpt = None, optimizer: Optimizer = "adamw", zero: Zero = 0,
     checkpointing: Checkpointing = None, lora_rank: LoraRank = None, lora_targets: LoraTargets = None,
-    fsdp: Fsdp = None, fp32: Fp32 = False, gpu_memory_utilization: GpuMemory = 0.9,
+    fsdp: Fsdp = None, fp32: Fp32 = False, gpu_memory_utilization: GpuMemory = None,
     nodes: Nodes = 1, link: Link = None, internode: InternodeOpt = None, nics: Nics = None, tp: Tp = 1, pp: Pp = 1,
     microbatches: Microbatches = None, global_batch: GlobalBatch = None, precision: Precision = None,
     checkpointing_mode: CheckpointingMode = None, attention: Attention = None,
@@ -662,7 +666,7 @@ def recommend(
     task: Task = "infer", quant: Quant = None, ctx: Ctx = None, batch: Batch = 1, kv: Kv = "fp16",
     engine: EngineOpt = None, optimizer: Optimizer = "adamw", checkpointing: Checkpointing = None,
     lora_rank: LoraRank = None, lora_targets: LoraTargets = None, fp32: Fp32 = False,
-    gpu_memory_utilization: GpuMemory = 0.9, nodes: Nodes = 1, internode: InternodeOpt = None, nics: Nics = None,
+    gpu_memory_utilization: GpuMemory = None, nodes: Nodes = 1, internode: InternodeOpt = None, nics: Nics = None,
     precision: Precision = None, checkpointing_mode: CheckpointingMode = None, attention: Attention = None,
     optimizer_in_backward: OptimizerInBackward = False, offload: Offload = None, cuda_context: CudaContext = None,
     loss: Loss = None, prompt: Prompt = None,

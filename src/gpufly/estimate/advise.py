@@ -304,7 +304,7 @@ def _training_changes(model: ModelSpec, job: Job) -> Iterable[tuple[str, Job]]:
             yield "--task lora", job.with_(task="lora")
         if job.precision == "mixed":
             yield "--precision bf16", job.with_(master_weights=False)
-        if not job.optimizer_in_backward:
+        if not job.optimizer_in_backward and not job.accumulates and job.pipeline_parallel == 1:
             yield "--optimizer-in-backward", job.with_(optimizer_in_backward=True)
         if job.optimizer == "adamw":
             yield "--optimizer adamw8bit", job.with_(optimizer="adamw8bit")

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gpufly.errors import GpuflyError, unknown_choice
 from gpufly.i18n import gettext as _
 
 if TYPE_CHECKING:
+    from gpufly.estimate.engines import Engine
+    from gpufly.estimate.formats import WeightFormat
     from gpufly.models.spec import ModelSpec
 
 TASKS = ("infer", "lora", "qlora", "full")
@@ -42,6 +44,20 @@ FSDP_STAGES = {"full_shard": 3, "shard_grad_op": 2, "no_shard": 0}
 RECIPE_CHECKPOINTING: dict[str, bool] = {"qlora": True, "lora": True, "full": False}
 """Gradient checkpointing as each task's usual recipe sets it, the default of --checkpointing (who sets it:
 _recipe_reason)."""
+CHECKPOINTING_FLAGS = {"full": "--checkpointing", "none": "--no-checkpointing",
+                       "selective": "--checkpointing-mode selective"}
+"""The option that sets each checkpointing mode, named where a job's mode came from no option the user gave (a
+change `fit` suggests)."""
+SIXTEEN_BIT = ("bf16", "fp16", "fp32")
+"""--quant values that say the weights are unquantized: full training trains them, QLoRA quantizes them to NF4."""
+VLLM_GPU_MEMORY_UTILIZATION = 0.9
+"""vLLM's gpu_memory_utilization default, the default of --gpu-memory-utilization."""
+INFERENCE_FAMILIES = {"gguf": "llama.cpp and Ollama", "exl2": "ExLlamaV2", "mlc": "MLC LLM"}
+"""The engines that run each inference-only weight family (WeightFormat.engine_family), for a refused LoRA base."""
+ENGINE_SHARE_SETTINGS = {"sglang": "--mem-fraction-static", "mlc-llm": "gpu_memory_utilization (--overrides)",
+                         "tensorrt-llm": "kv_cache_free_gpu_memory_fraction"}
+"""The setting of each engine that plays the part of vLLM's gpu_memory_utilization, which gpufly holds at the
+engine's documented default (Engine.memory_share, Engine.kv_free_fraction)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +106,9 @@ class Job:
     prompt: int = 0
     """Inference: tokens of each prompt, the part of ``context`` a transformers prefill runs at once; 0: the whole
     context (the largest prefill it allows)."""
+    checkpointing_option: str = field(default="", compare=False)
+    """The option the user set checkpointing with (``--checkpointing-mode selective``), for checkpointing_reason to
+    name; empty: none given. Not part of what the job is: it only says who chose."""
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -132,8 +151,9 @@ class Job:
                      batch: int = 1, kv_format: str = "fp16", engine: str | None = None, optimizer: str = "adamw",
                      zero: int = 0, checkpointing: bool | None = None, lora_rank: int | None = None,
                      fp32: bool = False, lora_targets: str | None = None, fsdp: str | None = None,
-                     gpu_memory_utilization: float = 0.9, gpus: int = 1, nodes: int = 1, link: str | None = None,
-                     internode: str | None = None, nics: int | None = None, tensor_parallel: int = 1,
+                     gpu_memory_utilization: float | None = None, gpus: int = 1, nodes: int = 1,
+                     link: str | None = None, internode: str | None = None, nics: int | None = None,
+                     tensor_parallel: int = 1,
                      pipeline_parallel: int = 1, microbatches: int | None = None, global_batch: int | None = None,
                      precision: str | None = None, checkpointing_mode: str | None = None,
                      attention: str | None = None, optimizer_in_backward: bool = False, offload: str | None = None,
@@ -156,7 +176,15 @@ class Job:
         puts training state in host memory; ``cuda_context_gib`` replaces the stack's default CUDA context; ``loss``
         (full, chunked, fused) is how the loss holds the logits.
         ``prompt`` (inference) is the tokens of each prompt, the part of ``context`` a prefill runs at once; None:
-        the whole context, the largest prefill the context allows.
+        the whole context, the largest prefill the context allows. ``gpu_memory_utilization`` is vLLM's share of
+        each GPU (None: its default, 0.9); other engines and training do not read it, which a note says.
+
+        A training task takes a quantized checkpoint's stored format (config.json's quantization_config) as its
+        weights' format when --quant is not given: LoRA trains adapters over it (PEFT wraps GPTQ, AWQ and
+        bitsandbytes layers), full training and QLoRA (which quantizes a 16-bit base) cannot start from it and are
+        refused; a GGUF file is dequantized to 16-bit by transformers to be trained. A LoRA base PEFT cannot train
+        (GGUF, EXL2, MLC or FP8 weights) is refused. --optimizer-in-backward with gradient accumulation or a
+        pipeline is refused: each gradient is applied and freed as backward makes it.
 
         Options that contradict each other (`--fsdp full_shard --zero 2`, `--fp32 --precision bf16`) are refused;
         options the task does not use (`--zero` for inference, `--lora-rank` for full training) are said, one
@@ -191,6 +219,9 @@ class Job:
                               hint=f"the context holds the prompt and the output: --ctx {prompt + 512} or more")
         fp32 = precision == "fp32"
         unused += _unused_by_training(task, engine=engine, quant=quant)
+        given_quant = quant
+        if _quant_unused(task, quant):
+            quant = None  # said to be ignored: the task's own weights' format applies
         if task != "infer":
             if engine is not None:
                 check_engine(engine)  # a misspelt name is still an error, not a silent note
@@ -198,20 +229,24 @@ class Job:
         unused += _unused_scale_options(task, nodes=nodes, internode=internode, nics=nics,
                                         pipeline_parallel=pipeline_parallel, microbatches=microbatches,
                                         global_batch=global_batch)
+        if _microbatches_unused(task, pipeline_parallel, microbatches, global_batch):
+            microbatches = None  # said to be ignored: a step without a pipeline is one micro-batch per GPU
         link = link_kind(link) if link is not None else ""
         internode = resolve_internode(internode).name if internode is not None else ""
         from_file = spec.weight_format if spec.source.startswith("gguf:") else None
         runtime = check_engine(engine) if engine is not None and task == "infer" else None
         # A GGUF file's type, or the quantization a checkpoint's config.json states (an AWQ or GPTQ repository).
-        stored = from_file or (spec.weight_format if task == "infer" else None)
-        if task == "infer" and not quant and not stored and spec.unread_quantization:
-            raise GpuflyError(f"{spec.name}: its config.json states a quantization gpufly cannot read "
-                              f"({spec.unread_quantization}), so the weights' size is unknown",
-                              hint="say how the weights are stored with --quant, e.g. --quant int4 (4-bit) or "
-                                   "--quant int8; without it they would be counted at 16 bits")
+        if task == "infer":
+            stored = from_file or spec.weight_format
+            if not quant and not stored and spec.unread_quantization:
+                raise _unread_quantization(spec)
+        else:
+            stored = _training_stored_format(spec, task, given_quant, unused)
         quant = quant or (stored.lower() if stored else (runtime.default_quant if runtime else "") or "bf16")
         fmt = weight_format(quant)
         kv_bytes(kv_format)
+        if task == "lora":
+            _check_lora_base(fmt, quant, from_checkpoint=stored is not None)
         if engine is None:
             gguf = from_file or fmt.engine_family == "gguf"
             engine = "llama.cpp" if gguf and task == "infer" else "transformers"
@@ -220,6 +255,7 @@ class Job:
             from gpufly.estimate.memory import check_format
 
             check_format(runtime, fmt)
+        unused += _unused_memory_share(runtime, task, gpu_memory_utilization)
         if fp32 and quant == "bf16":
             quant = "fp32"
         if fsdp is not None:
@@ -235,7 +271,9 @@ class Job:
         job = cls(task=task, quant=quant, context=context, batch=batch, kv_format=kv_format, engine=engine,
                   optimizer=optimizer, zero=zero, checkpointing=checkpointing,
                   lora_rank=DEFAULT_LORA_RANK if lora_rank is None else lora_rank,
-                  mixed_precision=not fp32, lora_targets=targets, gpu_memory_utilization=gpu_memory_utilization,
+                  mixed_precision=not fp32, lora_targets=targets,
+                  gpu_memory_utilization=VLLM_GPU_MEMORY_UTILIZATION if gpu_memory_utilization is None
+                  else gpu_memory_utilization,
                   gpus=gpus, nodes=nodes, link=link, internode=internode, nics=nics or 0,
                   tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel, microbatches=microbatches or 0,
                   global_batch=global_batch or 0,
@@ -243,7 +281,9 @@ class Job:
                   master_weights=precision != "bf16", selective=mode == "selective",
                   sdpa=attention == "sdpa", optimizer_in_backward=optimizer_in_backward,
                   offload=offload or "none", cuda_context_bytes=context_bytes, prompt=prompt or 0,
-                  loss=given_loss if given_loss and task != "infer" else "full")
+                  loss=given_loss if given_loss and task != "infer" else "full",
+                  checkpointing_option=_checkpointing_flag(checkpointing, checkpointing_mode))
+        check_optimizer_in_backward(job)
         if job.training and job.zero and job.data_parallel == 1:
             unused.append(_("--zero {zero} shards training state across data-parallel ranks; this job has one "
                             "(one GPU, or --tp x --pp take them all): nothing is sharded").format(zero=job.zero))
@@ -252,7 +292,9 @@ class Job:
         return job
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "precision": self.precision, "checkpointing_mode": self.checkpointing_mode,
+        data = asdict(self)
+        del data["checkpointing_option"]  # who chose, not what runs: the JSON keeps its schema
+        return {**data, "precision": self.precision, "checkpointing_mode": self.checkpointing_mode,
                 "attention": self.attention, "recompute_forward_fraction": self.recompute_forward_fraction}
 
     @property
@@ -304,6 +346,13 @@ class Job:
     def data_parallel(self) -> int:
         return self.layout[2]
 
+    @property
+    def accumulates(self) -> bool:
+        """Whether a data-parallel rank runs several micro-batches before each optimizer step (gradient
+        accumulation): --global-batch larger than --batch on every data-parallel rank. A pipeline's micro-batches
+        (--pp 2 or more) accumulate too, which ``pipeline_parallel`` says."""
+        return self.training and self.global_batch > self.batch * self.data_parallel
+
     def _check_layout(self) -> None:
         """Refuse a split the launcher would refuse: --tp x --pp must divide the GPUs; tensor parallelism past a node
         spans whole nodes; inference takes its layout from --gpu and --nodes."""
@@ -336,14 +385,27 @@ class Job:
             said = (_("checkpointing on, the {task} recipe's default: {who}") if self.checkpointing
                     else _("checkpointing off, the {task} recipe's default: {who}"))
             return said.format(task=self.task, who=who) + self._selective_reason()
-        said = (_("checkpointing on by --checkpointing; the {task} recipe's default is off: {who}")
+        option = self._checkpointing_option()
+        said = (_("checkpointing on by {option}; the {task} recipe's default is off: {who}")
                 if self.checkpointing else
-                _("checkpointing off by --no-checkpointing; the {task} recipe's default is on: {who}"))
-        return said.format(task=self.task, who=who) + self._selective_reason()
+                _("checkpointing off by {option}; the {task} recipe's default is on: {who}"))
+        return said.format(option=option, task=self.task, who=who) + self._selective_reason(option)
 
-    def _selective_reason(self) -> str:
-        return _("; selective: every other layer (--checkpointing-mode selective)") if self.selective and \
-            self.checkpointing else ""
+    def _checkpointing_option(self) -> str:
+        """The option that set this job's checkpointing: the one the user gave while the job still has the mode it
+        set, else (a change `fit` suggests) the option that sets the mode the job has."""
+        given = self.checkpointing_option
+        if given and _flag_mode(given) == self.checkpointing_mode:
+            return given
+        return CHECKPOINTING_FLAGS[self.checkpointing_mode]
+
+    def _selective_reason(self, option: str = "") -> str:
+        """What selective means; the option that chose it, unless the sentence already named it."""
+        if not (self.selective and self.checkpointing):
+            return ""
+        if "selective" in option:
+            return _("; selective: every other layer")
+        return _("; selective: every other layer (--checkpointing-mode selective)")
 
 
 def _choice(kind: str, value: str | None, choices: tuple[str, ...]) -> str | None:
@@ -375,6 +437,126 @@ def _checkpointing_mode(checkpointing: bool | None, mode: str | None) -> str | N
         raise GpuflyError(f"{flag} and --checkpointing-mode {chosen} contradict each other",
                           hint="give --checkpointing-mode none, selective or full alone")
     return chosen
+
+
+def _checkpointing_flag(checkpointing: bool | None, mode: str | None) -> str:
+    """The option the user set checkpointing with, as checkpointing_reason names it: --checkpointing-mode (the more
+    precise, when both are given), --checkpointing or --no-checkpointing; empty when neither is given."""
+    if mode is not None:
+        return f"--checkpointing-mode {mode.strip().lower()}"
+    if checkpointing is None:
+        return ""
+    return CHECKPOINTING_FLAGS["full" if checkpointing else "none"]
+
+
+def _flag_mode(option: str) -> str:
+    """The checkpointing mode an option sets: --checkpointing full, --no-checkpointing none, --checkpointing-mode
+    its value."""
+    if option.startswith("--checkpointing-mode "):
+        return option.split(" ", 1)[1]
+    return "full" if option == CHECKPOINTING_FLAGS["full"] else "none"
+
+
+def check_optimizer_in_backward(job: Job) -> None:
+    """Refuse --optimizer-in-backward where the step would accumulate gradients. Stepping inside backward applies
+    and frees each parameter's gradient as soon as backward makes it, so nothing is left to add the next
+    micro-batch's gradient to: torchtune's recipes raise on optimizer_in_bwd with gradient_accumulation_steps > 1,
+    and torchtitan's build_optimizers raises on optimizers in backward with pipeline parallelism, whose
+    micro-batches accumulate. `fit` would otherwise price a step no run can take."""
+    if not (job.training and job.optimizer_in_backward):
+        return
+    if job.pipeline_parallel > 1:
+        raise GpuflyError(f"--optimizer-in-backward cannot run a pipeline (--pp {job.pipeline_parallel}): its "
+                          "micro-batches add their gradients together, and stepping in backward frees each gradient "
+                          "as backward makes it (torchtitan refuses optimizers in backward with pipeline parallelism)",
+                          hint="drop --pp (and --microbatches), or drop --optimizer-in-backward")
+    if job.accumulates:
+        per_step = job.batch * job.data_parallel
+        raise GpuflyError(f"--optimizer-in-backward cannot accumulate gradients: --global-batch {job.global_batch} "
+                          f"is more than --batch {job.batch} on {job.data_parallel} data-parallel rank(s) "
+                          f"({per_step} samples), and stepping in backward applies and frees each gradient as "
+                          "backward makes it (torchtune refuses optimizer_in_bwd with gradient accumulation)",
+                          hint=f"drop --global-batch (or make it {per_step}), or drop --optimizer-in-backward")
+
+
+def _unread_quantization(spec: ModelSpec) -> GpuflyError:
+    """The error for a checkpoint whose config.json states a quantization gpufly cannot map to a format: counted at
+    16 bits its weights would be 2-4x too large, with nothing said."""
+    return GpuflyError(f"{spec.name}: its config.json states a quantization gpufly cannot read "
+                       f"({spec.unread_quantization}), so the weights' size is unknown",
+                       hint="say how the weights are stored with --quant, e.g. --quant int4 (4-bit) or --quant int8; "
+                            "without it they would be counted at 16 bits")
+
+
+def _training_stored_format(spec: ModelSpec, task: str, quant: str | None, notes: list[str]) -> str | None:
+    """The format a training task takes from the model's files as its weights' format; None: the task's own.
+
+    A quantized checkpoint (config.json's quantization_config) loads as it is stored: LoRA trains adapters over it
+    (PEFT wraps GPTQ, AWQ and bitsandbytes layers), so its format is the base's; full training cannot update
+    integer weights, and QLoRA, which quantizes a 16-bit base to NF4, cannot start from another quantization:
+    both are refused unless --quant says the weights are 16-bit after all. A GGUF file is dequantized to 16-bit
+    by transformers to be trained (from_pretrained(gguf_file=...)), which a note says. --quant, when given, says
+    how the weights are stored and wins (as in inference)."""
+    if spec.source.startswith("gguf:"):
+        if quant is None and task != "qlora":
+            notes.append(_("{model} is a GGUF file ({format}): transformers dequantizes its weights to 16-bit to "
+                           "train them, so they are counted at bf16").format(model=spec.name,
+                                                                            format=spec.weight_format))
+        return None
+    stated = spec.weight_format or spec.unread_quantization
+    if not stated:
+        return None
+    given = quant.strip().lower() if quant else None
+    if task == "full" and given not in SIXTEEN_BIT:
+        raise GpuflyError(f"{spec.name} is a quantized checkpoint ({stated}, config.json's quantization_config): "
+                          "its quantized weights cannot be fully fine-tuned",
+                          hint="fully fine-tune the 16-bit original checkpoint, or --task lora to train adapters "
+                               "over the quantized base")
+    if task == "qlora" and spec.weight_format != "nf4" and given not in (*SIXTEEN_BIT, "nf4"):
+        lora = spec.weight_format is not None and _lora_base_problem(_format(spec.weight_format)) is None
+        raise GpuflyError(f"{spec.name} is a quantized checkpoint ({stated}, config.json's quantization_config): "
+                          "QLoRA quantizes a 16-bit base to NF4, and transformers loads this one as it is stored",
+                          hint=("--task lora trains adapters over its stored layers; or QLoRA the 16-bit original "
+                                "checkpoint") if lora else "QLoRA or LoRA the 16-bit original checkpoint")
+    if given is not None:
+        return None
+    if spec.weight_format is None:
+        raise _unread_quantization(spec)
+    return spec.weight_format
+
+
+def _format(quant: str) -> WeightFormat:
+    """formats.weight_format, imported where it is used, as Job.from_options imports it."""
+    from gpufly.estimate.formats import weight_format
+
+    return weight_format(quant)
+
+
+def _lora_base_problem(fmt: WeightFormat) -> str | None:
+    """Why PEFT cannot train LoRA adapters over weights in ``fmt``; None where it can (16-bit, bitsandbytes int8 and
+    NF4, GPTQ and AWQ int4). GGUF, EXL2 and MLC weights are an inference engine's own format, never a PyTorch layer;
+    transformers' FP8 quantizers are not trainable (its Trainer refuses a model quantized with them)."""
+    if fmt.engine_family != "torch":
+        engines = INFERENCE_FAMILIES.get(fmt.engine_family, fmt.engine_family)
+        return (f"{fmt.label} weights run only in {engines}; PEFT adds adapters to PyTorch layers and cannot train "
+                "over them")
+    if fmt.name == "fp8":
+        return ("transformers does not fine-tune FP8-quantized weights: its Trainer refuses a model whose quantization "
+                "method is not trainable")
+    return None
+
+
+def _check_lora_base(fmt: WeightFormat, quant: str, *, from_checkpoint: bool) -> None:
+    """Refuse a LoRA base PEFT cannot train over (``_lora_base_problem``): `fit` would otherwise price adapters over
+    weights no LoRA run can load."""
+    problem = _lora_base_problem(fmt)
+    if problem is None:
+        return
+    if from_checkpoint:
+        raise GpuflyError(f"LoRA cannot train over a {fmt.label} base (as the checkpoint stores it): {problem}",
+                          hint="LoRA or QLoRA the 16-bit original checkpoint")
+    raise GpuflyError(f"LoRA cannot train over a {fmt.label} base (--quant {quant}): {problem}",
+                      hint="--task qlora for a 4-bit base (NF4), or a 16-bit base: --quant bf16")
 
 
 def _flash(engine_default: bool, task: str, attention: str | None) -> bool:
@@ -443,12 +625,45 @@ def _unused_by_training(task: str, *, engine: str | None, quant: str | None) -> 
     if engine is not None:
         unused.append(_("--engine {engine} serves inference; training is modelled as PyTorch runs it "
                         "(ignored)").format(engine=engine))
-    if quant is not None and task == "full" and quant.lower() not in ("bf16", "fp16", "fp32"):
+    if _quant_unused(task, quant) and task == "full":
         unused.append(_("--quant {quant} sets inference weights or a LoRA base; full training trains 16-bit "
                         "weights (--precision sets the recipe; ignored)").format(quant=quant))
-    if quant is not None and task == "qlora" and quant.lower() != "nf4":
+    if _quant_unused(task, quant) and task == "qlora":
         unused.append(_("--quant {quant}: QLoRA's frozen base is NF4 (ignored)").format(quant=quant))
     return unused
+
+
+def _quant_unused(task: str, quant: str | None) -> bool:
+    """Whether --quant has no effect on ``task``: full training trains 16-bit weights (--precision sets them), QLoRA's
+    frozen base is NF4. from_options drops such a --quant, so the ranges and the job read the task's own format."""
+    if quant is None:
+        return False
+    given = quant.strip().lower()
+    return (task == "full" and given not in SIXTEEN_BIT) or (task == "qlora" and given != "nf4")
+
+
+def _unused_memory_share(runtime: Engine, task: str, share: float | None) -> list[str]:
+    """A sentence when --gpu-memory-utilization is given where nothing reads it: it is vLLM's share of each GPU
+    (Fit.capacity_bytes); other engines hold their own documented share or none, and training uses the whole GPU.
+
+    None: the option was not given."""
+    if share is None or (task == "infer" and runtime.name == "vllm"):
+        return []
+    option = f"--gpu-memory-utilization {share:g}"
+    if task != "infer":
+        return [_("{option} sets vLLM's share of each GPU; training uses the whole GPU (ignored)").format(
+            option=option)]
+    setting = ENGINE_SHARE_SETTINGS.get(runtime.name)
+    if setting is not None and runtime.kv_free_fraction:
+        return [_("{option} sets vLLM's share of each GPU; {engine} does not read it: its KV cache takes {setting} "
+                  "of the memory left after loading, which gpufly holds at its default {share} (ignored)").format(
+            option=option, engine=runtime.display, setting=setting, share=f"{runtime.kv_free_fraction:.0%}")]
+    if setting is not None:
+        return [_("{option} sets vLLM's share of each GPU; {engine} does not read it: its share is {setting}, which "
+                  "gpufly holds at its default {share} (ignored)").format(
+            option=option, engine=runtime.display, setting=setting, share=f"{runtime.memory_share:.0%}")]
+    return [_("{option} sets vLLM's share of each GPU; {engine} claims no share up front, it allocates what the "
+              "weights, cache and buffers need (ignored)").format(option=option, engine=runtime.display)]
 
 
 def _unused_training_options(task: str, *, precision: str | None, checkpointing_mode: str | None,
@@ -479,10 +694,18 @@ def _unused_scale_options(task: str, *, nodes: int, internode: str | None, nics:
     if task == "infer" and (microbatches is not None or global_batch is not None):
         unused.append(_("--microbatches and --global-batch shape a training step; inference does not use them "
                         "(ignored)"))
-    elif microbatches is not None and pipeline_parallel == 1 and global_batch is None:
+    elif _microbatches_unused(task, pipeline_parallel, microbatches, global_batch):
         unused.append(_("--microbatches feeds a pipeline (--pp 2 or more); without one each step is one "
                         "micro-batch per GPU (ignored)"))
     return unused
+
+
+def _microbatches_unused(task: str, pipeline_parallel: int, microbatches: int | None,
+                         global_batch: int | None) -> bool:
+    """Whether --microbatches has no effect: it counts a pipeline's micro-batches, and without a pipeline (or with
+    --global-batch, which sets the count) a training step is one micro-batch per GPU. from_options drops it then,
+    so the step is priced as the note says."""
+    return task != "infer" and microbatches is not None and pipeline_parallel == 1 and global_batch is None
 
 
 def _recipe_reason(task: str) -> str:
@@ -510,4 +733,9 @@ def _target_list(option: str | None) -> tuple[str, ...]:
 
 
 def _bad(kind: str, value: str, choices: tuple[str, ...]) -> None:
-    raise unknown_choice(kind, value, choices, hint=f"{kind}s: {', '.join(choices)}", cutoff=0.4)
+    raise unknown_choice(kind, value, choices, hint=f"{_plural(kind)}: {', '.join(choices)}", cutoff=0.4)
+
+
+def _plural(kind: str) -> str:
+    """``kind`` in the plural, for the hint that lists the choices: "losses", not "losss"."""
+    return kind + ("es" if kind.endswith(("s", "x", "sh", "ch")) else "s")

@@ -631,7 +631,7 @@ def _lora_items(spec: ModelSpec, job: Job, host: list[int]) -> list[MemoryItem]:
     zero_note, split = _zero_note(job), _model_parallel_note(job)
     adapter_b = 2 if job.precision == "bf16" else 4
     base_bytes = weight_bytes(spec, base)
-    base_note = _("frozen base at {format}").format(format=base.name)
+    base_note = _("frozen base at {format}").format(format=base.label)  # "AWQ int4": its quantizer, where known
     if peft_upcast(job):
         upcast = 2 * _unquantized_params(spec)
         base_bytes += upcast

@@ -283,6 +283,8 @@ def scaling(spec: ModelSpec, gpu: GpuSpec, job: Job, max_nodes: int = MAX_NODES)
             changed = job.with_(nodes=nodes)
         except GpuflyError:
             continue
+        if job.optimizer_in_backward and changed.accumulates:
+            continue  # fewer nodes would accumulate gradients, which stepping in backward cannot
         if job.global_batch and changed.batch * changed.data_parallel > job.global_batch:
             why = _("past {nodes} nodes the global batch {batch} leaves no micro-batch for some data-parallel "
                     "ranks").format(nodes=steps[-1][0] if steps else nodes, batch=job.global_batch)
