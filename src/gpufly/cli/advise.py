@@ -623,7 +623,7 @@ def _narrowing_lines(narrowed: dict[str, dict[str, float]]) -> list[str]:
             for name, n in narrowed.items()]
 
 
-def _range_fields(ranges: dict[str, tuple[int | None, int | None]]) -> dict[str, dict[str, int | None]]:
+def _range_fields(ranges: dict[str, tuple[int | None, int | None]]) -> dict[str, dict[str, float | None]]:
     """--json's ``max_ctx_range``/``max_batch_range``: the solved limit's 80% range."""
     from gpufly.estimate.ranges import COVERAGE
 
