@@ -131,6 +131,22 @@ def gpufly_keras() -> Any:
     return gpufly.keras
 
 
+def unwritable_outputs(folder: Path) -> dict[str, str | None]:
+    """What making the callback with a --html or --save path that cannot be written raises (its message), before any
+    fit: it was accepted, the whole fit ran, and then fit raised at its end, losing the History."""
+    from gpufly.errors import GpuflyError
+
+    raised: dict[str, str | None] = {}
+    for name, path in (("html", folder / "no_such_dir" / "x.html"), ("save", folder)):
+        try:
+            gpufly_keras().ProfilerCallback(report=False, **{name: path})
+        except GpuflyError as exc:
+            raised[name] = exc.message
+        else:
+            raised[name] = None
+    return raised
+
+
 def _child(folder: Path) -> None:
     """Run every loop, each saving its profile in ``folder``; then leave at once (see the module's docstring)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -138,6 +154,7 @@ def _child(folder: Path) -> None:
     import tensorflow as tf  # type: ignore[import-untyped]
 
     try:
+        (folder / "unwritable.json").write_text(json.dumps(unwritable_outputs(folder)))
         for name, loop in LOOPS.items():
             loop(tf, keras, folder / f"{name}.json")
         (folder / "done.json").write_text(json.dumps(sorted(LOOPS)))
@@ -258,6 +275,23 @@ def test_the_report_is_the_profilers_text_json_and_page(profiles: dict[str, Prof
     assert "The loop waits for its input" in (tmp_path / "keras.html").read_text()
     emit(data)
     assert "The loop waits for its input" in capsys.readouterr().out
+
+
+def test_an_unwritable_html_or_save_path_is_refused_when_the_callback_is_made(keras_runs: Path,
+                                                                             tmp_path: Path) -> None:
+    """The check `gpufly profile` makes before it runs the script, made when the callback is made: before ``fit``."""
+    from gpufly.errors import GpuflyError
+    from gpufly.profile.keras_callback import check_outputs
+
+    raised = json.loads((keras_runs / "unwritable.json").read_text())
+    assert raised["html"] is not None and raised["html"].startswith("cannot write ProfilerCallback(html=...) ")
+    assert raised["html"].endswith("no_such_dir is not a folder")
+    assert raised["save"] is not None and raised["save"].endswith("is a folder")
+    with pytest.raises(GpuflyError, match="is not a folder") as caught:
+        check_outputs(html=tmp_path / "no_such_dir" / "x.html")
+    assert caught.value.hint and "existing folder" in caught.value.hint
+    check_outputs(html=tmp_path / "ok.html", save=tmp_path / "ok.json")
+    assert list(tmp_path.iterdir()) == [], "the check leaves no file behind"
 
 
 def test_importing_gpufly_keras_loads_neither_keras_nor_tensorflow() -> None:

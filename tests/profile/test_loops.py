@@ -41,7 +41,7 @@ def test_item_every_step_is_diagnosed_as_sync_points() -> None:
     pace = loops.Pace()
     prof = loops.clean(item_every_step=True, pace=pace)
     assert "sync_points" in _rules(prof)
-    assert prof.data.sync_calls == {".item()": len(prof.data.steps)}, "Adam's own .item() calls are not counted"
+    assert prof.data.sync_calls == {".item()": len(prof.data.measured)}, "Adam's own .item() calls are not counted"
     assert prof.data.median("sync_gap_s") == pytest.approx(pace.step_s), "the .item() comes after the step's work"
     assert prof.data.median("wall_s") == pytest.approx(pace.step_s)
     finding = next(f for f in diagnose(prof.data) if f.rule == "sync_points")
@@ -69,7 +69,8 @@ def test_by_default_syncs_are_counted_on_the_sampled_steps_only_and_reported_per
     assert len(runs) >= 6
     assert [{s.syncs_counted for s in run} for run in runs] == [{n % 3 == 0} for n in range(len(runs))]
     assert all(s.syncs == (1 if s in counted else 0) for s in data.steps)
-    assert data.sync_calls == {".item()": len(counted)} and data.per_step("syncs") == 1.0
+    assert data.sync_calls == {".item()": len(data.steps_for("syncs"))} and data.per_step("syncs") == 1.0
+    assert len(data.steps_for("syncs")) == len(counted) - 3, "the tally leaves out the warm-up, as the figure does"
     assert all((s.forward_s is not None) == s.detailed for s in data.steps), "forward hooks in every window"
     assert data.overhead is not None and data.overhead.detailed_steps == len(detailed)
     assert "sync_points" in _rules(prof)
@@ -139,7 +140,8 @@ def test_evaluation_batches_after_training_are_not_steps_and_the_training_loader
     assert [s.index for s in data.steps] == list(range(20)) and [s.warmup for s in data.steps[:3]] == [1, 1, 0]
     assert all(s.batch_size == 16 for s in data.steps)
     assert data.settings.batch_size == 16 and data.settings.num_workers == 1 and data.settings.persistent_workers
-    assert data.sync_calls == {"int(tensor)": 60}, "the validation's own int() calls are still counted"
+    assert prof.syncs.calls == {"int(tensor)": 60}, "the validation's own int() calls are still seen"
+    assert data.sync_calls == {}, "but they are in no step, so not in the tally beside the per-step figure"
 
 
 @pytest.mark.slow
@@ -286,3 +288,15 @@ def test_a_warning_from_a_wrapped_conversion_points_at_the_users_line() -> None:
     assert value == 2.0
     grad = [w for w in caught if "requires_grad=True" in str(w.message)]
     assert grad and (grad[0].filename, grad[0].lineno) == (__file__, line), [(w.filename, w.lineno) for w in grad]
+
+
+def test_the_sync_tally_counts_the_steps_the_per_step_figure_counts() -> None:
+    """The sync finding says "N sync calls per step over M sampled steps (.item() xK)": K counts the same M steps,
+    not the warm-up's calls too (which made it read x11 over 8 steps)."""
+    prof = loops.clean(item_every_step=True, steps=12)
+    data = prof.data
+    assert len(data.steps) == 12 and len(data.measured) == 9
+    assert prof.syncs.calls == {".item()": 12}, "the counter saw every step's .item(), warm-up included"
+    assert data.sync_calls == {".item()": 9} and data.per_step("syncs") == 1.0
+    finding = next(f for f in diagnose(data) if f.rule == "sync_points")
+    assert "1.0 sync calls per step over 9 sampled steps (.item() x9)" in finding.seen

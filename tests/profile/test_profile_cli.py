@@ -32,8 +32,8 @@ def test_a_crash_keeps_the_measurements_up_to_it_and_the_exit_code(cli, tmp_path
     data = json.loads(saved.read_text())
     assert len(data["steps"]) == 8 and data["crash"] == "RuntimeError: out of patience at step 7"
     report = cli("report", "--profile", str(saved))
-    assert report.code == 0 and "profile: " in report.stdout and "8 steps" not in report.stdout
-    assert "5 steps" in report.stdout
+    assert report.code == 0 and "profile: " in report.stdout
+    assert "5 steps" in report.stdout or "5 measured" in report.stdout, "the 3 warm-up steps are not measured ones"
 
 
 def test_file_function_entry_points_and_html(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -69,8 +69,8 @@ def started(cuda: bool) -> tuple[SyncCounter, Any, list[str], list[tuple[float, 
     torch = fake_torch(clock)
     syncs: list[str] = []
     copies: list[tuple[float, bool]] = []
-    counter = SyncCounter(on_sync=lambda at, waited: syncs.append("sync"), on_copy=lambda s, b: copies.append((s, b)),
-                          clock=clock)
+    counter = SyncCounter(on_sync=lambda at, waited, label: syncs.append("sync"),
+                          on_copy=lambda s, b: copies.append((s, b)), clock=clock)
     counter.start(torch, cuda)
     counter.arm()
     return counter, torch, syncs, copies
@@ -122,7 +122,7 @@ def test_stopping_puts_back_every_original_and_removes_what_was_inherited() -> N
     torch = fake_torch(clock)
     before = dict(vars(torch.Tensor))
     synchronize = torch.cuda.synchronize
-    counter = SyncCounter(on_sync=lambda at, waited: None, on_copy=lambda s, b: None, clock=clock)
+    counter = SyncCounter(on_sync=lambda at, waited, label: None, on_copy=lambda s, b: None, clock=clock)
     counter.start(torch, cuda=True)
     assert dict(vars(torch.Tensor)) == before, "nothing is wrapped until a detailed step arms the counter"
     counter.arm()
@@ -143,7 +143,7 @@ def test_a_sync_reports_when_it_was_called_and_how_long_the_host_waited_and_the_
     torch.Tensor.item = item
     heard: list[tuple[float, float]] = []
     own = OwnTime(clock)
-    counter = SyncCounter(on_sync=lambda at, waited: heard.append((at, waited)), on_copy=lambda s, b: None,
+    counter = SyncCounter(on_sync=lambda at, waited, label: heard.append((at, waited)), on_copy=lambda s, b: None,
                           clock=clock, own=own)
     counter.start(torch, cuda=True)
     counter.arm()
@@ -158,7 +158,7 @@ def test_two_profilers_disarming_in_either_order_leave_torch_as_it_was() -> None
     clock = FakeClock()
     torch = fake_torch(clock)
     before = dict(vars(torch.Tensor))
-    first, second = (SyncCounter(on_sync=lambda at, waited: None, on_copy=lambda s, b: None, clock=clock)
+    first, second = (SyncCounter(on_sync=lambda at, waited, label: None, on_copy=lambda s, b: None, clock=clock)
                      for _ in range(2))
     for counter in (first, second):
         counter.start(torch, cuda=True)
@@ -181,7 +181,7 @@ def test_a_ctrl_c_in_the_middle_of_putting_the_originals_back_leaves_the_rest_to
     clock = FakeClock()
     torch = fake_torch(clock)
     before = dict(vars(torch.Tensor))
-    counter = SyncCounter(on_sync=lambda at, waited: None, on_copy=lambda s, b: None, clock=clock)
+    counter = SyncCounter(on_sync=lambda at, waited, label: None, on_copy=lambda s, b: None, clock=clock)
     counter.start(torch, cuda=True)
     counter.arm()
 

@@ -7,14 +7,19 @@ lines: `gpufly profile --save run.json train.py --save ckpt.pt` saves the profil
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from gpufly.cli.paths import check_writable
+from gpufly.cli.render import OutputClosed, OutputConsole, drop_pending_output, error_console, print_note
 from gpufly.errors import GpuflyError
 from gpufly.extras import require
+
+if TYPE_CHECKING:
+    from gpufly.profile.records import ProfileData
 
 profile = typer.Typer(add_completion=False)
 """The command, as an app of one command so that it carries its own parsing rule: options stop at the target."""
@@ -50,16 +55,44 @@ def run_profile(
     require("torch", "gpufly profile")
     from gpufly.profile.attach import run
     from gpufly.profile.profiler import Profiler
-    from gpufly.profile.render import emit
 
     profiler = Profiler(warmup=warmup, trace_steps=trace)
-    code = run(target, list(args or []), profiler, quiet_stdout=as_json)
+    outcome = run(target, list(args or []), profiler, quiet_stdout=as_json)
+    failed_writes = _report(profiler.data, as_json, html, save)
+    errors = [message for message in (outcome.error, failed_writes) if message]
+    if errors:  # one `error:` line, last: the script's exception and the step, or a file that could not be written
+        from gpufly.profile.render import write_hint
+
+        raise GpuflyError("; ".join(errors), outcome.hint if outcome.error else write_hint(),
+                          exit_code=outcome.code or 2)  # a failed script's own code wins
+    if outcome.hint:
+        print_hint(outcome.hint)
+    raise typer.Exit(outcome.code)
+
+
+def _report(data: ProfileData, as_json: bool, html: Path | None, save: Path | None) -> str | None:
+    """Write --save and --html, then print the report; the writes that failed, as one message (raised by the caller
+    after the script's own error, if any, so that the run ends in one `error:` line).
+
+    The files come first: a reader that went away (`| head -1`) or a full disk under stdout must not cost them. A
+    reader gone ends the printing in silence, the script's exit code kept; a full disk is the entry point's one line.
+    """
+    from gpufly.profile.render import print_json_report, print_report, write_outputs
+    from gpufly.profile.rules import diagnose
+
+    findings = diagnose(data)
+    written = write_outputs(data, findings, html=html, save=save)
+    if written.kept:
+        print_note(written.kept_note())
     try:
-        emit(profiler.data, as_json=as_json, html=html, save=save)
-    except GpuflyError as exc:
-        exc.exit_code = code or exc.exit_code  # a failed script's own code still wins
-        raise
-    raise typer.Exit(code)
+        if as_json:
+            print_json_report(data, findings)
+        else:
+            print_report(data, findings, console=OutputConsole())  # Rich's own look; a closed pipe raised here
+        sys.stdout.flush()
+    except OutputClosed:
+        drop_pending_output()
+    return "; ".join(written.errors) or None
 
 
 def target_at(args: list[str]) -> int:
@@ -77,3 +110,8 @@ def target_at(args: list[str]) -> int:
             return index
         index += 2 if arg in takes_value else 1
     return len(args)
+
+
+def print_hint(text: str) -> None:
+    """A `hint:` line on stderr, after the report: what to do about a run that measured no step."""
+    error_console().print(f"hint: {text}", markup=False)

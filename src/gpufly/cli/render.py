@@ -119,7 +119,7 @@ class GuardedOutput:
         except OSError as exc:
             if exc.errno not in WRITE_FAILURES:
                 raise
-            raise OutputFailed(exc.errno, exc.strerror) from None
+            raise OutputFailed(exc.errno, exc.strerror or str(exc)) from None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)

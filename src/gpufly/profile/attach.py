@@ -9,6 +9,8 @@ measurements are kept and the exit code is the shell's for the signal (143; 130 
 
 from __future__ import annotations
 
+import ast
+import difflib
 import os
 import runpy
 import signal
@@ -18,11 +20,14 @@ import threading
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, redirect_stdout
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpufly.errors import GpuflyError
-from gpufly.loading import load_function
+from gpufly.i18n import gettext as _
+from gpufly.i18n import ngettext
+from gpufly.loading import is_file_ref, load_function, one_line, split_ref
 from gpufly.profile.profiler import Profiler
 
 
@@ -53,8 +58,14 @@ def resolve(target: str) -> tuple[str, Callable[[], Any]]:
     """``path/train.py`` runs as __main__ (as ``python train.py`` would); ``package.module:function`` or
     ``file.py:function`` is loaded through gpufly's one loader and called."""
     if target.count(":") == 1 and not Path(target).exists():
+        where, _colon, name = target.rpartition(":")
         try:
-            return target, load_function(target, example="main")
+            _check_defined(target)
+            return target, load_function(target, example=name or "main")  # a missing name's hint names it
+        except GpuflyError as exc:
+            if exc.message.startswith(f"{target} is not a function"):  # there the example must be another name
+                exc.hint = _("name a function, e.g. {where}:main").format(where=where)
+            raise
         except SyntaxError as exc:  # before anything runs: one line naming the place, as `fit` and `tune` say it
             where = f"{exc.filename}, line {exc.lineno}" if exc.filename else f"line {exc.lineno}"
             raise _syntax_error(target, exc, where, exc.filename or "FILE") from None
@@ -78,6 +89,72 @@ def resolve(target: str) -> tuple[str, Callable[[], Any]]:
     return str(path), lambda: runpy.run_path(str(path), run_name="__main__")
 
 
+def _check_defined(target: str) -> None:
+    """For ``file.py:function``: that the file binds ``function`` at its top level, read with ``ast`` before the file
+    is run (importing it runs the whole script, a training run perhaps, before the name could be looked up).
+
+    A ``def``, a class, an assignment or an import of the name anywhere outside a function or class body counts; a
+    file that could bind names in ways ``ast`` cannot see (``from x import *``, ``globals()``, ``exec``, a module
+    ``__getattr__``) is left to the import. Module references are left to the import too: finding their file would
+    import their packages. A SyntaxError is raised as it is."""
+    where, name = split_ref(target)
+    path = Path(where)
+    if not is_file_ref(where) or not path.is_file():
+        return
+    try:
+        source = path.read_bytes()
+    except OSError:
+        return  # the import says why, in its own words
+    try:
+        tree = ast.parse(source, filename=where)
+    except (ValueError, RecursionError, MemoryError):  # null bytes (before Python 3.12), a pathological nesting
+        return  # left to the import, which says it in its own words
+    bound = _top_level_names(tree)
+    if bound is None or name in bound:
+        return
+    close = difflib.get_close_matches(name, sorted(n for n in bound if not n.startswith("_")), n=3)
+    raise GpuflyError(_("{where} has no function '{name}'").format(where=where, name=name),
+                      _("did you mean {names}?").format(names=", ".join(close)) if close else
+                      _("define def {name}(): ... at the top level of {where} (checked before running it: nothing "
+                        "ran)").format(name=name, where=where))
+
+
+DYNAMIC_BINDERS = frozenset({"globals", "exec", "setattr", "vars", "__import__"})
+"""Calls through which a module can bind names that ``ast`` does not see as assignments."""
+
+
+def _top_level_names(tree: ast.Module) -> set[str] | None:
+    """The names the module binds at its top level (not inside a function or a class, where they are not its
+    attributes), or None where it may bind others that cannot be read off the source."""
+    names: set[str] = set()
+    pending: list[ast.AST] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+            if node.name == "__getattr__":
+                return None
+            pending.extend(node.decorator_list)
+            for inner in ast.walk(node):  # `global name` in a function binds a module attribute too
+                if isinstance(inner, ast.Global):
+                    names.update(inner.names)
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            for alias in node.names:
+                if alias.name == "*":
+                    return None
+                names.add(alias.asname or alias.name.split(".")[0])
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in DYNAMIC_BINDERS:
+            return None
+        elif isinstance(node, ast.Lambda):
+            continue
+        pending.extend(ast.iter_child_nodes(node))
+    return names
+
+
 def _syntax_error(target: str, exc: SyntaxError, where: str, file: str) -> GpuflyError:
     """A script or module that does not compile: one line naming the place, and how to see it."""
     return GpuflyError(f"{target} has a syntax error: {exc.msg} ({where})",
@@ -85,13 +162,26 @@ def _syntax_error(target: str, exc: SyntaxError, where: str, file: str) -> Gpufl
 
 
 def _print_user_traceback(exc: BaseException) -> None:
-    """The traceback as ``python script.py`` would print it: the frames of gpufly and runpy left out."""
+    """The traceback as ``python script.py`` would print it: the frames of gpufly and runpy left out, those around
+    the script's and those under it (a print that failed in gpufly's guarded stdout, a gpufly call that raised), in
+    the exception and in those it was raised from."""
     here = str(Path(__file__).resolve().parent.parent)
-    tb = exc.__traceback__
-    while tb is not None and (tb.tb_frame.f_code.co_filename.startswith(here)
-                              or "runpy" in tb.tb_frame.f_code.co_filename):
-        tb = tb.tb_next
-    traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
+
+    def theirs(frame: traceback.FrameSummary) -> bool:
+        return not (frame.filename.startswith(here) or frame.filename.endswith(f"{os.sep}runpy.py")
+                    or frame.filename == "<frozen runpy>")
+
+    shown = traceback.TracebackException.from_exception(exc)
+    seen: set[int] = set()
+    pending = [shown]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        current.stack = traceback.StackSummary.from_list([frame for frame in current.stack if theirs(frame)])
+        pending.extend(chained for chained in (current.__cause__, current.__context__) if chained is not None)
+    sys.stderr.write("".join(shown.format()))
 
 
 class Stopped(BaseException):
@@ -145,37 +235,142 @@ def _exit_code(exc: SystemExit) -> int:
     return 1
 
 
-def run(target: str, args: list[str], profiler: Profiler, quiet_stdout: bool = False) -> int:
-    """Run the target under the profiler; returns its exit code (0, its SystemExit code, 1 on an exception, 130 on
-    Ctrl-C, 143 on SIGTERM).
+@dataclass
+class Outcome:
+    """How the target ended: its exit code, and where it raised, what to say about it at the end of the run."""
 
-    ``quiet_stdout`` sends the code's own prints to stderr, so `--json` output stays one document.
+    code: int = 0
+    error: str | None = None
+    """For a script that raised: the exception and the step it raised in, for the run's closing `error:` line."""
+    hint: str | None = None
+    """What to do: after a raise, or when no step was measured."""
+
+
+def run(target: str, args: list[str], profiler: Profiler, quiet_stdout: bool = False) -> Outcome:
+    """Run the target under the profiler; returns its exit code (0, its SystemExit code, 1 on an exception, 130 on
+    Ctrl-C, 143 on SIGTERM) and what to say of its end.
+
+    ``quiet_stdout`` sends the code's own output to stderr, so `--json` output stays one document: its prints, and
+    whatever writes to file descriptor 1 itself (``sys.__stdout__``, ``os.write(1, ...)``, a subprocess, C code).
     """
     label, call = resolve(target)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = [label, *args]
     if label.endswith(".py"):
         sys.path.insert(0, str(Path(label).resolve().parent))
-    code: int = 0
+    outcome = Outcome()
+    frameworks = _keras_modules()
     crash: BaseException | None = None
+    raised: Exception | None = None
     try:
         with stop_signals_raise(), attached(profiler), \
-                redirect_stdout(sys.stderr) if quiet_stdout else nullcontext():
+                stdout_to_stderr() if quiet_stdout else nullcontext():
             call()
     except SystemExit as exc:
-        code = _exit_code(exc)
-        if code:
+        outcome.code = _exit_code(exc)
+        if outcome.code:
             crash = exc
     except KeyboardInterrupt as exc:
-        code, crash = 130, exc
+        outcome.code, crash = 130, exc
     except Stopped as exc:
-        code, crash = exc.exit_code, exc
+        outcome.code, crash = exc.exit_code, exc
     except Exception as exc:  # the user's code failed: show its traceback, keep what was measured
         _print_user_traceback(exc)
-        code, crash = 1, exc
+        outcome.code, crash, raised = 1, exc, exc
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
     data = profiler.finish(crash)
-    data.exit_code = code
+    data.exit_code = outcome.code
     data.command = " ".join([target, *args])
-    return code
+    done = len(data.steps)  # the step it raised in is the next one, numbered from 0 as the saved steps are
+    ran_keras = _keras_modules().items() - frameworks.items() != set()
+    if not done:
+        data.no_step_reason = _why_no_step(profiler, label, crash, outcome.code, ran_keras)
+    if raised is not None:
+        what = one_line(raised)
+        outcome.error = (ngettext("{target} raised {error} in step {step} (steps count from 0): the step before it is "
+                                  "measured above",
+                                  "{target} raised {error} in step {step} (steps count from 0): the {count} steps "
+                                  "before it are measured above", done).format(target=label, error=what, step=done,
+                                                                               count=done)
+                         if done else
+                         _("{target} raised {error} before its first step ended: nothing was measured").format(
+                             target=label, error=what))
+        outcome.hint = _("the traceback above is the script's own (python would stop there too): fix the script "
+                         "there and run it again")
+    elif not data.steps and crash is None:
+        outcome.hint = _no_step_hint(ran_keras)
+    return outcome
+
+
+def _keras_modules() -> dict[str, int]:
+    """TensorFlow's and Keras's modules, if imported (by identity): a script that imported them while it ran is a
+    Keras or TensorFlow script."""
+    return {name: id(sys.modules[name]) for name in ("keras", "tensorflow") if name in sys.modules}
+
+
+def _why_no_step(profiler: Profiler, label: str, crash: BaseException | None, code: int, ran_keras: bool) -> str:
+    """Why the run measured no step, for the saved profile (English: a file's field) and the report."""
+    if isinstance(crash, Stopped | KeyboardInterrupt):
+        return f"{label} was stopped ({'Ctrl-C' if isinstance(crash, KeyboardInterrupt) else crash}) before its " \
+               "first step ended"
+    if isinstance(crash, SystemExit):
+        return f"{label} exited with code {code} before its first step ended"
+    if crash is not None:
+        return f"{label} raised {one_line(crash)} before its first step ended"
+    if ran_keras:
+        return (f"{label} ran TensorFlow/Keras, and `gpufly profile` attaches to PyTorch loops (their DataLoaders "
+                "and optimizer steps); a Keras fit is profiled with gpufly.keras.ProfilerCallback")
+    if not profiler.steps.loaders and not profiler.steps.optimizer_steps:
+        return (f"{label} iterated no torch DataLoader and made no optimizer step, which is where `gpufly profile` "
+                "finds a loop's steps")
+    return f"no step of {label} ended: a step ends at an optimizer step, or at the fetch of the batch after it"
+
+
+def _no_step_hint(ran_keras: bool) -> str:
+    if ran_keras:
+        return _("profile a Keras fit with its callback: model.fit(..., callbacks=[gpufly.keras.ProfilerCallback()]) "
+                 "(see docs/profile.md, Keras)")
+    return _("mark the steps yourself: prof = gpufly.Profiler(); `with prof.step():` around each step's work; "
+             "prof.report() at the end (see docs/profile.md)")
+
+
+@contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """While the block runs, standard output is standard error: ``sys.stdout`` (the script's prints) and file
+    descriptor 1 itself (what writes to it directly: ``sys.__stdout__``, ``os.write(1, ...)``, a subprocess, C code),
+    so that what gpufly prints after it is the only thing on stdout. Where a descriptor cannot be copied (standard
+    output or error closed), only ``sys.stdout`` is sent."""
+    _flush_all()
+    saved: int | None = None
+    try:
+        saved = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:
+        if saved is not None:
+            os.close(saved)
+            saved = None
+    try:
+        with redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if saved is not None:
+            _flush_all()  # what the block left in Python's and C's buffers goes to stderr, where it was written
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _flush_all() -> None:
+    """Flush what Python and the C library hold for file descriptor 1 (and stderr), ignoring a failure to."""
+    for stream in (sys.stdout, sys.__stdout__, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError, TypeError):
+        pass

@@ -14,6 +14,7 @@ from typing import Any
 
 from gpufly.errors import GpuflyError
 from gpufly.profile.keras_profiler import KerasProfiler, TimedTrainFunction, read_model_settings
+from gpufly.profile.render import check_writable, emit
 from gpufly.profile.sampling import DEFAULT_SAMPLING, Sampling
 
 
@@ -35,6 +36,16 @@ def check_keras(version: str, backend: str) -> None:
                           "set KERAS_BACKEND=tensorflow, or profile a PyTorch loop with gpufly.Profiler")
 
 
+def check_outputs(html: str | Path | None = None, save: str | Path | None = None) -> None:
+    """The check `gpufly profile` makes of --html and --save before it runs anything, made of the callback's ``html``
+    and ``save`` when it is made: a path that cannot be written is a GpuflyError before ``fit``, not after it (where
+    it would also lose ``fit``'s History)."""
+    for name, path in (("html", html), ("save", save)):
+        if path is not None:
+            check_writable(f"ProfilerCallback({name}=...)", Path(path),
+                           example="profile.json" if name == "save" else "profile.html")
+
+
 @functools.cache
 def callback_class() -> type:
     """``gpufly.keras.ProfilerCallback``, a ``keras.callbacks.Callback`` (the same class as ``tf.keras``'s)."""
@@ -51,6 +62,7 @@ def callback_class() -> type:
         def __init__(self, warmup: int = 3, report: bool = True, html: str | Path | None = None,
                      save: str | Path | None = None, nvml_interval: float | None = 0.5, device: str | None = None,
                      sampling: Sampling = DEFAULT_SAMPLING) -> None:
+            check_outputs(html=html, save=save)  # before the fit, not after it: a typo must not cost the run
             super().__init__()
             self.profiler = KerasProfiler(warmup, nvml_interval, device, sampling=sampling)
             self.report = report
@@ -82,11 +94,7 @@ def callback_class() -> type:
                 if self.model.train_function is self._timed:
                     self.model.train_function = self._timed.function
                 self._timed = None
-            if self.save is not None:
-                self.profiler.save(self.save)
-            if self.report:
-                self.profiler.report(html=self.html)
-            else:
-                self.profiler.finish()
+            # The files first, then the report; a path that failed after all (a full disk) is raised after both.
+            emit(self.profiler.finish(), html=self.html, save=self.save, quiet=not self.report)
 
     return ProfilerCallback

@@ -23,6 +23,7 @@ waits), ``SyncCounter`` (syncs and copies), ``ModelHooks`` (forward, backward, o
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -122,9 +123,23 @@ class Profiler:
         if self._active:
             self._stop()
         self._apply_loader_settings()
-        self.data.sync_calls = dict(self.syncs.calls)
-        self.data.overhead = Overhead.of(self.data.steps, hook_calls=self.own.calls, spent_s=self.own.spent_s)
+        self.data.sync_calls = self._sync_calls()
+        self.data.overhead = Overhead.of(self.data.steps, hook_calls=self.own.calls, spent_s=self.own.spent_s,
+                                         left_out=self.trace.left_out())
+        if not self.data.steps and self.data.no_step_reason is None:
+            self.data.no_step_reason = (f"the loop stopped before its first step ended: {self.data.crash}"
+                                        if self.data.crash else "no step ended before the profiler stopped")
         return self.data
+
+    def _sync_calls(self) -> dict[str, int]:
+        """The sync calls by label over the steps the per-step figure counts (``data.steps_for("syncs")``): not the
+        warm-up's, nor those of evaluation batches dropped from the steps."""
+        counted = {id(step) for step in self.data.steps_for("syncs")}
+        calls: Counter[str] = Counter()
+        for step, labels in self.steps.sync_calls:
+            if id(step) in counted:
+                calls.update(labels)
+        return dict(calls)
 
     def findings(self) -> list[Finding]:
         return diagnose(self.finish())
@@ -218,7 +233,9 @@ class Profiler:
         """Open or close the torch.profiler window; closing it summarizes the trace (tens to hundreds of ms), which
         belongs to no step of the loop: the step under way restarts after it."""
         was_open = self.trace.summary is None
-        self.trace.advance(done)
+        # Opening torch.profiler and summarizing its trace (tens of ms) is the trace's cost, said with it: taken back
+        # out of gpufly's own time, which the step clock's caller adds up around this listener.
+        self.own.step_s -= self.trace.advance(done)
         if was_open and self.trace.summary is not None:
             self.steps.restart()
 

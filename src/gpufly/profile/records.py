@@ -150,9 +150,20 @@ class TraceSummary:
     window_s: float
     device_busy_s: float | None = None
     kernels: int = 0
+    """GPU kernels on a GPU run; on a CPU run, the operator calls torch.profiler recorded (nested ones included)."""
     median_kernel_us: float | None = None
     top: list[tuple[str, float, int]] = field(default_factory=list)
     """(name, total ms, calls), largest first."""
+    first_step: int | None = None
+    """The index of the window's first step (its steps are left out of the figures and of gpufly's own cost)."""
+    cost_s: float | None = None
+    """What opening torch.profiler and summarizing its trace took: paid between steps, in no step's time and not in
+    gpufly's own cost (``Overhead``), which is the cost of leaving the profiler on."""
+
+    @property
+    def cuda(self) -> bool:
+        """Whether the window traced a GPU's kernels (``kernels`` counts them) or CPU operators only."""
+        return self.device_busy_s is not None
 
     @property
     def idle_share(self) -> float | None:
@@ -163,6 +174,10 @@ class TraceSummary:
     @property
     def kernels_per_step(self) -> float:
         return self.kernels / self.steps if self.steps else 0.0
+
+
+MIN_SPREAD_STEPS = 5
+"""Measured steps needed before the step times' p10-p90 spread is shown as the noise floor."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +192,12 @@ class StepNoise:
     median_low_s: float | None
     """The 95% interval of the median, from order statistics (None under 6 steps)..."""
     median_high_s: float | None
+
+    @property
+    def spread_known(self) -> bool:
+        """Whether there are steps enough for a p10-p90 band (``MIN_SPREAD_STEPS``): under that, p10 and p90 are the
+        fastest and the slowest step (one step: the step itself, a spread of 0%), which says nothing of the noise."""
+        return self.steps >= MIN_SPREAD_STEPS
 
     @property
     def spread(self) -> float:
@@ -229,15 +250,21 @@ class Overhead:
     a preemption of the process (milliseconds, on a busy machine) that happened to land in gpufly's code from
     counting as its cost; the detailed steps' costs, rare and uneven, are counted whole."""
 
+    left_out_steps: int = field(default=0, metadata=COUNT)
+    """Steps left out of ``per_step_s``: a ``--trace`` window's, where torch.profiler slows gpufly's hooks with
+    everything else (their cost is the trace's, said with it)."""
+
     @classmethod
-    def of(cls, steps: list[StepRecord], hook_calls: int, spent_s: float) -> Overhead:
-        timed = [s for s in steps if s.own_s is not None]
+    def of(cls, steps: list[StepRecord], hook_calls: int, spent_s: float, left_out: range = range(0)) -> Overhead:
+        """``left_out``: the indices of steps whose own time is not gpufly's usual cost (a torch.profiler window)."""
+        timed = [s for s in steps if s.own_s is not None and s.index not in left_out]
         touched = {i for i, s in enumerate(timed) if s.detailed or (i > 0 and timed[i - 1].detailed)}
         steady = [s.own_s or 0.0 for i, s in enumerate(timed) if i not in touched]
         total = sum(timed[i].own_s or 0.0 for i in touched) + (statistics.median(steady) * len(steady) if steady
                                                                     else 0.0)
         return cls(spent_s=spent_s, steps=len(steps), hook_calls=hook_calls,
-                   detailed_steps=sum(s.detailed for s in steps), per_step_s=total / len(timed) if timed else None)
+                   detailed_steps=sum(s.detailed for s in steps), per_step_s=total / len(timed) if timed else None,
+                   left_out_steps=sum(s.index in left_out for s in steps))
 
 
 @dataclass
@@ -265,6 +292,9 @@ class ProfileData:
     command: str | None = None
     overhead: Overhead | None = None
     conditions: Conditions | None = None
+    no_step_reason: str | None = None
+    """Why no step was measured, when none was ("the script raised ValueError: ... before its first step ended"), so
+    that a profile of no step says so wherever it is read."""
 
     @property
     def measured(self) -> list[StepRecord]:

@@ -5,15 +5,17 @@ from __future__ import annotations
 import html
 import json
 import math
+import os
 import statistics
 import sys
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpufly.errors import GpuflyError
-from gpufly.jsonfile import write_json_atomic, write_text_atomic
+from gpufly.i18n import gettext as _
+from gpufly.jsonfile import check_regular, write_json_atomic, write_text_atomic
 from gpufly.palette import (
     BLUE,
     BLUISH_GREEN,
@@ -25,7 +27,7 @@ from gpufly.palette import (
     VERMILLION,
     text_colour_on,
 )
-from gpufly.profile.records import Conditions, LoopSettings, ProfileData
+from gpufly.profile.records import MIN_SPREAD_STEPS, Conditions, LoopSettings, ProfileData
 from gpufly.profile.rules import Finding
 
 PARTS: tuple[tuple[str, str, str], ...] = (
@@ -80,9 +82,14 @@ def noise_floor(data: ProfileData) -> dict[str, Any] | None:
     if noise is None:
         return None
     conditions = data.conditions or Conditions()
-    noisy = noise.spread > NOISY_SPREAD
+    known = noise.spread_known
+    noisy = known and noise.spread > NOISY_SPREAD
     return {"median_step_s": noise.median_s, "median_low_s": noise.median_low_s, "median_high_s": noise.median_high_s,
-            "p10_step_s": noise.p10_s, "p90_step_s": noise.p90_s, "spread": noise.spread, "noisy": noisy,
+            "p10_step_s": noise.p10_s if known else None, "p90_step_s": noise.p90_s if known else None,
+            "spread": noise.spread if known else None, "measured_steps": noise.steps,
+            "spread_why_not": None if known else (f"{noise.steps} measured step{'s' if noise.steps != 1 else ''}: a "
+                                                  f"p10-p90 spread needs {MIN_SPREAD_STEPS} or more"),
+            "noisy": noisy,
             "noisy_reason": (f"step times spread over {100 * noise.spread:.0f}% of the median (p10-p90), more than "
                              f"{100 * NOISY_SPREAD:.0f}%: a comparison with another run needs a difference larger than "
                              f"that, or a quieter machine and longer steps") if noisy else None,
@@ -98,7 +105,7 @@ def own_cost(data: ProfileData) -> dict[str, Any] | None:
         return None
     return {"per_step_s": overhead.per_step_s, "share_of_median_step": overhead.per_step_s / median if median else None,
             "spent_s": overhead.spent_s, "hook_calls": overhead.hook_calls, "steps": overhead.steps,
-            "detailed_steps": overhead.detailed_steps,
+            "detailed_steps": overhead.detailed_steps, "left_out_steps": overhead.left_out_steps,
             "how": "timed inside gpufly's hooks and wrappers (a lower bound: the calls into them are not timed)"}
 
 
@@ -151,6 +158,7 @@ def summary(data: ProfileData, findings: list[Finding]) -> dict[str, Any]:
         "settings": asdict(data.settings),
         "findings": [asdict(f) for f in findings],
         "crash": data.crash,
+        "no_step_reason": data.no_step_reason,
         "exit_code": data.exit_code,
         "short_of_warmup": data.short_of_warmup,
         "trace": asdict(data.trace) if data.trace is not None else None,
@@ -174,8 +182,12 @@ def receipt_lines(facts: dict[str, Any]) -> list[str]:
         if noise["load_average_start"] is not None:
             load = (f"; load average {noise['load_average_start']} -> {_shown(noise['load_average_end'])} on "
                     f"{noise['cpu_count']} CPUs")
-        lines.append(f"noise floor: steps {_ms(noise['p10_step_s'])}-{_ms(noise['p90_step_s'])} (p10-p90, "
-                     f"{100 * noise['spread']:.0f}% of the median){interval}{load}")
+        if noise["spread"] is None:
+            lines.append(_("noise floor: not estimated ({why}); median {median}{interval}{load}").format(
+                why=noise["spread_why_not"], median=_ms(noise["median_step_s"]), interval=interval, load=load))
+        else:
+            lines.append(f"noise floor: steps {_ms(noise['p10_step_s'])}-{_ms(noise['p90_step_s'])} (p10-p90, "
+                         f"{100 * noise['spread']:.0f}% of the median){interval}{load}")
         if noise.get("noisy"):
             lines.append(f"noisy: {noise['noisy_reason']}")
     if facts.get("short_of_warmup"):
@@ -185,9 +197,14 @@ def receipt_lines(facts: dict[str, Any]) -> list[str]:
     trace = facts.get("trace")
     if trace:
         top = ", ".join(f"{name} {ms:.1f} ms x{calls}" for name, ms, calls in trace["top"][:3])
+        counted = (_("{count} GPU kernels").format(count=trace["kernels"]) if trace["device_busy_s"] is not None
+                   else _("{count} CPU operator calls").format(count=trace["kernels"]))
+        cost = trace.get("cost_s")
         lines.append(f"torch.profiler window: {trace['steps']} steps over {trace['window_s']:.3f} s, left out of the "
-                     f"figures above (tracing slows them); {trace['kernels']} kernels or ops"
-                     + (f"; top: {top}" if top else ""))
+                     f"figures above (tracing slows them); {counted}"
+                     + (f"; top: {top}" if top else "")
+                     + (_("; starting and summarizing the trace took {ms:.1f} ms, between steps, outside gpufly's own "
+                          "cost").format(ms=1000 * cost) if cost else ""))
     used = facts["energy"]
     if used["joules_per_sample"] is not None:
         lines.append(f"energy: {used['joules_per_sample']:.4g} J per sample ({used['mean_power_w']:.0f} W mean over "
@@ -200,9 +217,11 @@ def receipt_lines(facts: dict[str, Any]) -> list[str]:
         # Keras compiles the step: only memory is read inside it, and the input wait on every step.
         looked = ("memory read" if r.get("framework") == "keras" else
                   "syncs, copies, forward/backward and memory looked at")
+        left_out = cost.get("left_out_steps") or 0
         lines.append(f"gpufly's own cost: {1e6 * cost['per_step_s']:.1f} µs per step"
                      + (f" ({100 * share:.2f}% of the median step)" if share is not None else "")
-                     + f", {cost['how']}; {looked} on {cost['detailed_steps']} of {cost['steps']} steps")
+                     + f", {cost['how']}; {looked} on {cost['detailed_steps']} of {cost['steps']} steps"
+                     + (_("; the {count} torch.profiler steps left out").format(count=left_out) if left_out else ""))
     return lines
 
 
@@ -216,23 +235,93 @@ def _shown(value: Any) -> str:
 
 def emit(data: ProfileData, as_json: bool = False, html: str | Path | None = None, save: str | Path | None = None,
          quiet: bool = False) -> list[Finding]:
-    """Diagnose, then print (Rich or JSON unless ``quiet``), write the HTML page and the measurements as asked."""
+    """Diagnose, write the measurements and the HTML page as asked, then print (Rich or JSON unless ``quiet``).
+
+    The files first: printing can fail (a closed pipe, a full disk) and must not lose what was measured. A file that
+    exists is not replaced by a run that measured no step (``write_outputs``), and a note on stderr says so. A write
+    that failed is raised after the report is printed, one GpuflyError for both files."""
     from gpufly.profile.rules import diagnose
 
     findings = diagnose(data)
+    written = write_outputs(data, findings, html=html, save=save)
+    if written.kept:
+        sys.stderr.write(f"note: {written.kept_note()}\n")
     if as_json:
         print_json_report(data, findings)
     elif not quiet:
         print_report(data, findings)
-    failures = []
-    if save is not None:  # the measurements first: they are what a rerun would cost
-        failures.append(_write(lambda: write_json_atomic(Path(save), data.to_dict())))
-    if html is not None:
-        failures.append(_write(lambda: write_html(Path(html), data, findings)))
-    errors = [f for f in failures if f is not None]
-    if errors:
-        raise GpuflyError("; ".join(errors), "choose a file in a folder that exists and that you can write to")
+    if written.errors:
+        raise written.error()
     return findings
+
+
+def write_hint() -> str:
+    """The hint for an output that could not be written."""
+    return _("choose a file in a folder that exists and that you can write to")
+
+
+@dataclass
+class Written:
+    """What ``write_outputs`` did: the files it kept from an earlier run, and the writes that failed (as text)."""
+
+    kept: list[Path] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def kept_note(self) -> str:
+        return _("kept {files} from an earlier run: this run measured no step, and its profile would have replaced "
+                 "them").format(files=" and ".join(str(path) for path in self.kept))
+
+    def error(self) -> GpuflyError:
+        return GpuflyError("; ".join(self.errors), write_hint())
+
+
+def write_outputs(data: ProfileData, findings: list[Finding], html: str | Path | None = None,
+                  save: str | Path | None = None) -> Written:
+    """Write the measurements (``save``) and the page (``html``); one failure does not stop the other.
+
+    A run that measured no step (a script that raised before its first one) does not replace a file that is there
+    already: that is most likely an earlier run's good profile. Where there is none, the file is written, and says
+    why it holds no step (``no_step_reason``)."""
+    written = Written()
+    outputs: list[tuple[Path, Callable[[Path], None]]] = []
+    if save is not None:  # the measurements first: they are what a rerun would cost
+        outputs.append((Path(save), lambda path: write_json_atomic(path, data.to_dict())))
+    if html is not None:
+        outputs.append((Path(html), lambda path: write_html(path, data, findings)))
+    for path, write in outputs:
+        if not data.steps and path.exists():
+            written.kept.append(path)
+            continue
+        failure = _write(lambda: write(path))  # noqa: B023 -- called at once, inside this iteration
+        if failure is not None:
+            written.errors.append(failure)
+    return written
+
+
+def check_writable(option: str, path: Path, example: str) -> None:
+    """The check ``gpufly.cli.paths.check_writable`` makes of an output path before a long run (the profile stage may
+    not import the CLI): a folder, a missing folder, a path that is not a regular file, or one that cannot be opened
+    for writing is a GpuflyError now. Opening is the only honest test; a file made for it is removed again, an
+    existing one opened for appending, so left as it was."""
+    if path.is_dir():
+        raise GpuflyError(_("{option} {path} is a folder").format(option=option, path=path),
+                          _("give a file name, for example {option} {example}").format(option=option,
+                                                                                      example=path / example))
+    if not path.parent.is_dir():
+        raise GpuflyError(_("cannot write {option} {path}: {folder} is not a folder").format(
+            option=option, path=path, folder=path.parent),
+            _("give {option} a path in an existing folder").format(option=option))
+    check_regular(path, hint=_("give {option} a regular file, for example {option} {example}").format(
+        option=option, example=example))
+    existed = path.exists()
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        message = _("cannot write {option} {path}: {reason}").format(option=option, path=path, reason=exc.strerror)
+        raise GpuflyError(message, write_hint()) from None
+    if not existed:
+        os.unlink(path)
 
 
 def _write(write: Callable[[], None]) -> str | None:
@@ -259,15 +348,17 @@ def print_json_report(data: ProfileData, findings: list[Finding]) -> None:
     sys.stdout.write(json.dumps(document, indent=2) + "\n")
 
 
-def print_report(data: ProfileData, findings: list[Finding], width: int = 60) -> None:
+def print_report(data: ProfileData, findings: list[Finding], width: int = 60, console: Any = None) -> None:
+    """The text report on ``console`` (a ``rich.console.Console``; standard output's by default)."""
     from rich.console import Console
     from rich.text import Text
 
-    console = Console()
+    console = console or Console()
     facts = summary(data, findings)
     if not data.steps:
-        console.print("gpufly profile: no complete step was measured" +
-                      (f" (the loop stopped: {data.crash})" if data.crash else ""), markup=False)
+        reason = data.no_step_reason or (f"the loop stopped: {data.crash}" if data.crash else None)
+        console.print(_("gpufly profile: no complete step was measured") + (f" ({reason})" if reason else ""),
+                      markup=False)
         return
     s = data.settings
     head = (f"{facts['measured_steps']} steps measured ({len(data.steps) - facts['measured_steps']} warm-up) on "
@@ -420,12 +511,13 @@ def _step_chart(data: ProfileData) -> str:
     axes.append(f'<text class="axis-label" transform="rotate(-90)" x="{-(MARGIN_TOP + plot_h / 2):.0f}" y="16" '
                 f'text-anchor="middle">step time (ms)</text>')
     noise = data.noise()
-    if noise is not None:
+    if noise is not None and noise.spread_known:
         band_top, band_bottom = y(noise.p90_s), y(noise.p10_s)
         axes.append(f'<rect class="noise-band" x="{MARGIN_LEFT}" y="{band_top:.2f}" width="{plot_w}" '
                     f'height="{max(band_bottom - band_top, 0.5):.2f}" fill="#ffffff" opacity="0.08">'
                     f'<title>p10-p90 of the measured steps: {1000 * noise.p10_s:.3g}-{1000 * noise.p90_s:.3g} ms'
                     f'</title></rect>')
+    if noise is not None:
         axes.append(f'<line class="median" x1="{MARGIN_LEFT}" y1="{y(noise.median_s):.2f}" '
                     f'x2="{CHART_W - MARGIN_RIGHT}" y2="{y(noise.median_s):.2f}" stroke="#ffffff" '
                     f'stroke-dasharray="5 4"><title>median {1000 * noise.median_s:.3g} ms</title></line>')
@@ -443,7 +535,10 @@ def _legend(data: ProfileData) -> str:
                     for label, colour in entries)
     clipped = bool(data.steps) and any(1000 * s.wall_s > _y_axis(data)[1] for s in data.steps)
     extra = "<span>▲ longer than the axis, clipped</span>" if clipped else ""
-    return (f'<div class="legend">{items}<span>- - median, light band: p10-p90 (noise floor)</span>'
+    noise = data.noise()
+    band = ("- - median, light band: p10-p90 (noise floor)" if noise is None or noise.spread_known
+            else _("- - median (too few measured steps for a p10-p90 band)"))
+    return (f'<div class="legend">{items}<span>{html.escape(band)}</span>'
             f'<span>faded: warm-up</span>{extra}</div>')
 
 
@@ -458,6 +553,9 @@ def _page(data: ProfileData, findings: list[Finding], facts: dict[str, Any]) -> 
         for f in findings) or "<li>No finding.</li>"
     median = facts["median_step_s"]
     crash = f"<p class='crash'>The loop stopped: {html.escape(data.crash)}</p>" if data.crash else ""
+    if not data.steps and data.no_step_reason:
+        said = _("No step was measured: {reason}").format(reason=data.no_step_reason)
+        crash = f"<p class='crash'>{html.escape(said)}</p>"
     receipt_items = "".join(f"<li>{html.escape(line)}</li>" for line in receipt_lines(facts))
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>gpufly profile</title>

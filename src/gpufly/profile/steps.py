@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,6 +78,9 @@ class StepClock:
         """Whether the sync counter is in (the profiler says, when a window opens): kept on each detailed step."""
         self._change_at = 0
         """The index of the next step whose detail the schedule must decide (until then, the current one's)."""
+        self.sync_calls: list[tuple[StepRecord, Counter[str]]] = []
+        """Each step that made sync calls (its record) with their tally by label, so that the run's tally covers the
+        steps its per-step figure does (``Profiler.finish``), not the warm-up or dropped evaluation batches."""
 
     @property
     def steps(self) -> list[StepRecord]:
@@ -142,7 +146,7 @@ class StepClock:
             if current.batch_size is None:
                 if type(batch) is inline_kind:
                     try:
-                        current.batch_size = int(batch[0].shape[0])
+                        current.batch_size = int(batch[0].shape[0])  # type: ignore[index]
                     except (AttributeError, IndexError, TypeError, ValueError):
                         current.batch_size = batch_size_of(batch)
                 else:
@@ -186,9 +190,10 @@ class StepClock:
 
     # -- what happens inside a step ------------------------------------------------------------
 
-    def count_sync(self, started: float, waited_s: float) -> None:
+    def count_sync(self, started: float, waited_s: float, label: str | None = None) -> None:
         """One more sync in this step, called at ``started`` and returning ``waited_s`` later; the CPU time since
-        the previous one returned (or the step's start)."""
+        the previous one returned (or the step's start). ``label`` (".item()") is tallied for the step in
+        ``sync_calls``. Called only while the sync counter is in, on detailed steps."""
         since = self._last_sync_end if self._last_sync_end is not None else self._last_boundary
         if since is not None:
             self._sync_gaps.append(started - since)
@@ -196,6 +201,11 @@ class StepClock:
         current = self.current
         current.syncs += 1
         current.sync_wait_s = (current.sync_wait_s or 0.0) + waited_s
+        if label is not None:
+            tallies = self.sync_calls
+            if not tallies or tallies[-1][0] is not current:
+                tallies.append((current, Counter()))
+            tallies[-1][1][label] += 1
 
     def optimizer_stepped(self) -> None:
         """An optimizer step: training has begun, and the loader feeding it is the training loader."""

@@ -37,15 +37,16 @@ COPY_METHODS = ("to", "cuda")
 
 
 class SyncCounter:
-    """Counts sync calls by label in ``calls`` and reports each one, and each host-to-device copy, as it happens.
+    """Counts sync calls by label in ``calls`` (every one seen, in any step) and reports each one, and each
+    host-to-device copy, as it happens.
 
     The wrappers are in place only while armed (the profiler's detailed steps): a wrapped call costs the loop
-    time, an unwrapped one nothing. ``on_sync(started, waited_s)`` hears each sync (when it was called and how
-    long the call took: on a GPU, the stall); ``on_copy(seconds, blocking)`` hears each host-to-device copy (GPU
-    runs only). ``own`` is told the time spent in the wrappers themselves.
+    time, an unwrapped one nothing. ``on_sync(started, waited_s, label)`` hears each sync (when it was called, how
+    long the call took: on a GPU, the stall; and its label); ``on_copy(seconds, blocking)`` hears each
+    host-to-device copy (GPU runs only). ``own`` is told the time spent in the wrappers themselves.
     """
 
-    def __init__(self, on_sync: Callable[[float, float], None], on_copy: Callable[[float, bool], None],
+    def __init__(self, on_sync: Callable[[float, float, str], None], on_copy: Callable[[float, bool], None],
                  clock: Callable[[], float] = time.perf_counter, own: OwnTime | None = None) -> None:
         self.calls: Counter[str] = Counter()
         self.cuda = False
@@ -55,7 +56,7 @@ class SyncCounter:
         self._clock = clock
         self._own = own or OwnTime(clock)
         self._torch: Any = None
-        self._patched: list[tuple[Any, str, Any]] = []
+        self._patched: list[tuple[Any, str, Any, Any]] = []
 
     def start(self, torch: Any, cuda: bool) -> None:
         """Say which torch to wrap and whether the run is on a GPU; the wrappers go in with ``arm``."""
@@ -131,7 +132,7 @@ class SyncCounter:
             returned = clock()
             if counts:
                 counter.calls[label] += 1
-                counter._on_sync(called, returned - called)
+                counter._on_sync(called, returned - called, label)
             own.add(called - entered + clock() - returned)
             return result
 
@@ -150,8 +151,9 @@ class SyncCounter:
             returned = clock()
             if tensor.is_cuda:
                 if not getattr(result, "is_cuda", True) and not _called_from_torch():
-                    counter.calls[f".{method}(cpu)"] += 1  # device to host waits, like .cpu()
-                    counter._on_sync(entered, returned - entered)
+                    label = f".{method}(cpu)"  # device to host waits, like .cpu()
+                    counter.calls[label] += 1
+                    counter._on_sync(entered, returned - entered, label)
             elif getattr(result, "is_cuda", False):
                 counter._on_copy(returned - entered, not kwargs.get("non_blocking", False))
             own.since(returned)
@@ -170,7 +172,7 @@ class SyncCounter:
             called = clock()
             result = original(*args, **kwargs)
             counter.calls["torch.cuda.synchronize()"] += 1
-            counter._on_sync(called, clock() - called)
+            counter._on_sync(called, clock() - called, "torch.cuda.synchronize()")
             return result
 
         self._replace(cuda, "synchronize", synchronize)

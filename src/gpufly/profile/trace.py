@@ -29,31 +29,51 @@ class TraceWindow:
         self._profile: Any = None
         self._started_at: int | None = None
         self._opened_at = 0.0
+        self.cost_s = 0.0
+        """What opening torch.profiler and closing and summarizing it took (between steps, on the loop's thread)."""
 
-    def advance(self, done: int) -> None:
+    def advance(self, done: int) -> float:
+        """Open or close the window after ``done`` steps; returns the seconds that took (0 when neither)."""
         if not self.steps:
-            return
+            return 0.0
         if self._profile is None and self._started_at is None and done >= self.warmup:
             from torch.profiler import ProfilerActivity, profile
 
+            entered = self._clock()
             activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
             self._profile = profile(activities=activities)
             self._profile.__enter__()
             self._started_at = done
             self._opened_at = self._clock()
-        elif self._profile is not None and done - (self._started_at or 0) >= self.steps:
-            self._close(self.steps)
+            self.cost_s += self._opened_at - entered
+            return self._opened_at - entered
+        if self._profile is not None and done - (self._started_at or 0) >= self.steps:
+            return self._close(self.steps)
+        return 0.0
 
     def close(self, done: int) -> None:
         """The loop ended (or crashed) inside the window: summarize the steps it saw."""
         if self._profile is not None:
             self._close(done - (self._started_at or 0))
 
-    def _close(self, steps: int) -> None:
+    def _close(self, steps: int) -> float:
         profile, self._profile = self._profile, None
-        window = self._clock() - self._opened_at
+        entered = self._clock()
+        window = entered - self._opened_at
         profile.__exit__(None, None, None)
         self.summary = summarize(profile, max(steps, 1), window, cuda=self.cuda)
+        spent = self._clock() - entered
+        self.cost_s += spent
+        self.summary.first_step = self._started_at
+        self.summary.cost_s = self.cost_s
+        return spent
+
+    def left_out(self) -> range:
+        """The indices of the steps the window traced (none before it opened)."""
+        if self._started_at is None:
+            return range(0)
+        traced = self.summary.steps if self.summary is not None else self.steps
+        return range(self._started_at, self._started_at + traced)
 
 
 def summarize(trace: Any, steps: int, window_s: float, cuda: bool) -> TraceSummary:
@@ -68,7 +88,8 @@ def summarize(trace: Any, steps: int, window_s: float, cuda: bool) -> TraceSumma
         return TraceSummary(steps=steps, window_s=window_s, device_busy_s=busy, kernels=len(kernels),
                             median_kernel_us=median, top=top)
     ops = [e for e in events if e.device_type.name == "CPU"]
-    return TraceSummary(steps=steps, window_s=window_s, top=_top(ops, lambda e: e.self_cpu_time_total))
+    return TraceSummary(steps=steps, window_s=window_s, kernels=len(ops),
+                        top=_top(ops, lambda e: e.self_cpu_time_total))
 
 
 def _is_kernel(event: Any) -> bool:
