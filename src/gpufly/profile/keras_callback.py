@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from gpufly.errors import GpuflyError
+from gpufly.jsonfile import check_writable
 from gpufly.profile.keras_profiler import KerasProfiler, TimedTrainFunction, read_model_settings
-from gpufly.profile.render import check_writable, emit
+from gpufly.profile.render import emit
 from gpufly.profile.sampling import DEFAULT_SAMPLING, Sampling
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import html
 import json
 import math
-import os
 import statistics
 import sys
 from collections.abc import Callable
@@ -15,7 +14,7 @@ from typing import Any
 
 from gpufly.errors import GpuflyError
 from gpufly.i18n import gettext as _
-from gpufly.jsonfile import check_regular, write_json_atomic, write_text_atomic
+from gpufly.jsonfile import write_json_atomic, write_text_atomic
 from gpufly.palette import (
     BLUE,
     BLUISH_GREEN,
@@ -296,32 +295,6 @@ def write_outputs(data: ProfileData, findings: list[Finding], html: str | Path |
         if failure is not None:
             written.errors.append(failure)
     return written
-
-
-def check_writable(option: str, path: Path, example: str) -> None:
-    """The check ``gpufly.cli.paths.check_writable`` makes of an output path before a long run (the profile stage may
-    not import the CLI): a folder, a missing folder, a path that is not a regular file, or one that cannot be opened
-    for writing is a GpuflyError now. Opening is the only honest test; a file made for it is removed again, an
-    existing one opened for appending, so left as it was."""
-    if path.is_dir():
-        raise GpuflyError(_("{option} {path} is a folder").format(option=option, path=path),
-                          _("give a file name, for example {option} {example}").format(option=option,
-                                                                                      example=path / example))
-    if not path.parent.is_dir():
-        raise GpuflyError(_("cannot write {option} {path}: {folder} is not a folder").format(
-            option=option, path=path, folder=path.parent),
-            _("give {option} a path in an existing folder").format(option=option))
-    check_regular(path, hint=_("give {option} a regular file, for example {option} {example}").format(
-        option=option, example=example))
-    existed = path.exists()
-    try:
-        with open(path, "a", encoding="utf-8"):
-            pass
-    except OSError as exc:
-        message = _("cannot write {option} {path}: {reason}").format(option=option, path=path, reason=exc.strerror)
-        raise GpuflyError(message, write_hint()) from None
-    if not existed:
-        os.unlink(path)
 
 
 def _write(write: Callable[[], None]) -> str | None:
