@@ -3,6 +3,7 @@ and every one with tensor cores ends up with a dense 16-bit tensor rate, publish
 
 from __future__ import annotations
 
+import json
 import tomllib
 
 import pytest
@@ -109,3 +110,35 @@ def test_rtx_2080_whitepaper_rate_matches_the_turing_derivation(catalog) -> None
     per_sm_per_clock = 512
     derived = per_sm_per_clock * rtx2080.sm_count * rtx2080.boost_clock_mhz * 1e6 / 1e12
     assert rtx2080.fp16_tensor_tflops == pytest.approx(derived, rel=0.03)
+
+
+def test_every_geforce_card_with_an_nvlink_bridge_gives_its_bandwidth_as_a_number(catalog) -> None:
+    bridged = [spec for spec in catalog if spec.vendor == "nvidia" and "NVLink" in (spec.nvlink or "")]
+    assert {"rtx-3090", "rtx-3090-ti", "rtx-2080-ti", "titan-rtx"} <= {spec.id for spec in bridged}
+    assert [spec.id for spec in bridged if not spec.interconnect_gbps] == []
+
+
+@pytest.mark.parametrize("gpu_id", ["rtx-3090", "rtx-3090-ti"])
+def test_the_3090_and_3090_ti_take_a_two_card_nvlink_3_bridge(catalog, gpu_id: str) -> None:
+    spec = catalog.get(gpu_id)
+    assert spec.interconnect_gbps == 112.5, "GA102 whitepaper: four x4 links, 112.5 GB/s total between two GPUs"
+    assert spec.nvlink.startswith("NVLink 3 bridge (2 cards)") and "4-way" not in spec.nvlink
+    assert any("nvidia.com" in url for url in spec.sources)
+
+
+@pytest.mark.parametrize("gpu_id", ["rtx-4090", "rtx-4080", "rtx-5090", "rtx-3080-10gb"])
+def test_cards_without_nvlink_are_not_given_any(catalog, gpu_id: str) -> None:
+    spec = catalog.get(gpu_id)
+    assert spec.nvlink is None and spec.interconnect_gbps is None
+
+
+@pytest.mark.parametrize("gpu", ["2x3090", "2xrtx-3090-ti"])
+def test_two_3090s_fit_over_their_nvlink_bridge(cli, gpu: str) -> None:
+    result = cli("fit", "llama-3.1-8b", "--gpu", gpu, "--engine", "vllm", "--link", "nvlink", "--json")
+    assert result.code == 0, result.stderr
+    assert "NVLink 3 bridge" in json.dumps(json.loads(result.stdout))
+
+
+def test_two_4090s_still_have_no_nvlink(cli) -> None:
+    result = cli("fit", "llama-3.1-8b", "--gpu", "2xrtx-4090", "--engine", "vllm", "--link", "nvlink")
+    assert result.code != 0 and "no NVLink" in result.stderr

@@ -133,3 +133,23 @@ def test_an_entry_without_an_nvidia_source_says_its_figures_are_secondary(entry:
     if not any(domain in url for url in entry["sources"] for domain in VENDOR_DOMAINS):
         assert "secondary" in entry["notes"] or "no public datasheet" in entry["notes"] \
             or "Neither NVIDIA" in entry["notes"]
+
+
+def test_every_system_on_a_chip_says_so_in_its_form_factor(catalog) -> None:
+    """Apple's M-series, NVIDIA's GB10 (DGX Spark) and the Jetson modules: CPU and GPU on one chip, one GPU per
+    machine; the fit check that refuses two in one node reads form_factor "SoC"."""
+    chips = [spec for spec in catalog if spec.segment in ("soc", "embedded")]
+    assert {"dgx-spark", "jetson-agx-orin-64gb", "m3-ultra"} <= {spec.id for spec in chips}
+    assert {spec.id: spec.form_factor for spec in chips if spec.form_factor != "SoC"} == {}
+
+
+def test_the_gb10_is_a_superchip_with_unified_memory(catalog) -> None:
+    gb10 = catalog.get("gb10")
+    assert gb10.form_factor == "SoC" and gb10.memory_type == "LPDDR5X"
+    assert "Grace Blackwell Superchip" in gb10.full_name and "unified memory" in gb10.notes
+
+
+@pytest.mark.parametrize("gpu", ["2xGB10", "2xdgx-spark", "2xjetson-agx-orin-64gb"])
+def test_two_systems_on_a_chip_in_one_node_are_refused(cli, gpu: str) -> None:
+    result = cli("fit", "llama-3.1-8b", "--gpu", gpu)
+    assert result.code != 0 and "system on a chip" in result.stderr and "--nodes" in result.stderr

@@ -60,22 +60,42 @@ def _spellings(spec: GpuSpec) -> set[tuple[str, ...]]:
     return spellings
 
 
-def _reaches(key: str, words: tuple[str, ...], omissible: re.Pattern[str] = _QUALIFIER) -> bool:
-    """Whether ``key`` spells ``words`` in order with only omissible words left out, anywhere but the first:
-    "v10016gb" reaches "v100 sxm2 16gb", "a100" reaches "a100 80gb sxm", "h20" does not reach "h200" and
-    "4070ti" does not reach "4070 ti super"."""
+def _reaches(key: str, words: tuple[str, ...], omissible: re.Pattern[str] = _QUALIFIER, *, omit: bool = True) -> bool:
+    """Whether ``key`` spells ``words`` with only omissible words left out, anywhere but the first, and the
+    omissible words that end the name in any order: "v10016gb" reaches "v100 sxm2 16gb", "a100" reaches
+    "a100 80gb sxm", "a100sxm80gb" reaches "a100 80gb sxm", "h20" does not reach "h200" and "4070ti" does not
+    reach "4070 ti super". With ``omit`` False nothing may be left out: the key spells the name, its closing
+    qualifiers in whatever order ("a100 sxm 80gb" spells "A100 80GB SXM")."""
     if not words:
         return not key
-    return key.startswith(words[0]) and _rest_reached(key[len(words[0]):], words[1:], omissible)
+    return key.startswith(words[0]) and _rest_reached(key[len(words[0]):], words[1:], omissible, omit)
 
 
-def _rest_reached(key: str, words: tuple[str, ...], omissible: re.Pattern[str]) -> bool:
+def _rest_reached(key: str, words: tuple[str, ...], omissible: re.Pattern[str], omit: bool) -> bool:
     if not words:
         return not key
+    if all(omissible.fullmatch(word) for word in words):
+        return _in_any_order(key, words, omit)
     first, rest = words[0], words[1:]
-    if key.startswith(first) and _rest_reached(key[len(first):], rest, omissible):
+    if key.startswith(first) and _rest_reached(key[len(first):], rest, omissible, omit):
         return True
-    return bool(omissible.fullmatch(first)) and _rest_reached(key, rest, omissible)
+    return omit and bool(omissible.fullmatch(first)) and _rest_reached(key, rest, omissible, omit)
+
+
+def _in_any_order(key: str, words: tuple[str, ...], omit: bool) -> bool:
+    """Whether ``key`` is some of ``words`` (all of them unless ``omit``), each once, in any order."""
+    if not key:
+        return omit or not words
+    return any(key.startswith(word) and _in_any_order(key[len(word):], words[:i] + words[i + 1:], omit)
+               for i, word in enumerate(words))
+
+
+def _model_numbers(spec: GpuSpec) -> set[str]:
+    """The bare model numbers a consumer or laptop GPU goes by ("4090" for the RTX 4090, the RTX 4090 D and the
+    RTX 4090 Laptop GPU alike): the first word of a spelling, where it is all digits."""
+    if spec.segment not in ("consumer", "laptop"):
+        return set()
+    return {words[0] for words in _spellings(spec) if words[0].isdigit()}
 
 
 def _defaults(spec: GpuSpec) -> set[str]:
@@ -90,9 +110,10 @@ class Resolution:
     """What a typed name resolved to: the GPU, and what was assumed to get there.
 
     ``assumed`` is a sentence ("assuming A100 80GB SXM; also: A100 40GB SXM, ...") when the name covers several
-    variants and one is the common default, or ("assuming Tesla P100 PCIe 16GB") when it left out a qualifier of
-    the one GPU it covers; None when the name spelled that GPU's name. ``alternatives`` are the display names of
-    the other variants the name covers.
+    variants and one is the common default, ("assuming RTX 4090; also: RTX 4090 D, RTX 4090 Laptop") when it is a
+    bare model number that several products share, or ("assuming Tesla P100 PCIe 16GB") when it left out a
+    qualifier of the one GPU it covers; None when the name spelled that GPU's name. ``alternatives`` are the display
+    names of the other variants and products the name covers.
     """
 
     spec: GpuSpec
@@ -108,6 +129,12 @@ class Catalog:
     never reaches "H200", "4070 ti" never "4070 Ti SUPER". One GPU resolves; several resolve to the one whose
     data declares it the default for that name (``default_for``), saying what was assumed; otherwise the
     lookup asks, naming the variants.
+
+    A bare model number ("4090", "3080") is how people shorten a whole family of consumer products: the desktop
+    card, its Ti, SUPER and D siblings and the laptop GPU. It still resolves to the card it spells (the desktop
+    one, or that card's declared default), but says so and names the family's other products, the way "a100"
+    names the other A100s; a number none of the family spells ("7900", "1660") asks. A name that spells the
+    product ("RTX 4090", "rtx-4090", "4090 D", "A100 80GB SXM") is taken as meant, silently.
     """
 
     def __init__(self, specs: Iterable[GpuSpec]) -> None:
@@ -115,7 +142,10 @@ class Catalog:
         self._by_key: dict[str, list[GpuSpec]] = {}
         self._spellings: list[tuple[tuple[str, ...], GpuSpec]] = []
         self._default: dict[str, list[GpuSpec]] = {}
+        self._family: dict[str, list[GpuSpec]] = {}
         for spec in self.specs:
+            for number in _model_numbers(spec):
+                self._family.setdefault(number, []).append(spec)
             for words in _spellings(spec):
                 self._spellings.append((words, spec))
                 named = self._by_key.setdefault("".join(words), [])
@@ -147,21 +177,26 @@ class Catalog:
         variants when the name covers several and none is their default, or the closest names when none."""
         key = normalize(name)
         found = self.find(name)
+        relatives = [spec for spec in self.family(name) if spec not in found]
+        chosen: GpuSpec | None = None
         if len(found) == 1:
-            spec = found[0]
-            exact = spec in self._by_key.get(key, [])
-            return Resolution(spec, None if exact else _("assuming {gpu}").format(gpu=spec.name))
-        if found:
+            chosen = found[0]
+            if not relatives:
+                exact = chosen in self._by_key.get(key, []) or self._spells(key, chosen)
+                return Resolution(chosen, None if exact else _("assuming {gpu}").format(gpu=chosen.name))
+        elif found:
             defaults = [spec for spec in self._default.get(key, []) if spec in found]
-            if len(defaults) == 1:
-                chosen = defaults[0]
-                others = tuple(spec.name for spec in found if spec is not chosen)
-                return Resolution(chosen, _("assuming {gpu}; also: {others}").format(gpu=chosen.name,
-                                                                                     others=", ".join(others)), others)
-            names = ", ".join(spec.name for spec in found)
+            chosen = defaults[0] if len(defaults) == 1 else None
+        covered = [*found, *relatives]
+        if chosen is not None:
+            others = tuple(spec.name for spec in covered if spec is not chosen)
+            return Resolution(chosen, _("assuming {gpu}; also: {others}").format(gpu=chosen.name,
+                                                                                 others=", ".join(others)), others)
+        if len(covered) > 1:
+            names = ", ".join(spec.name for spec in covered)
             raise GpuflyError(
                 f"'{name}' matches several GPUs: {names}",
-                hint=f"add the memory size or variant, e.g. '{found[0].name}'",
+                hint=f"add the memory size or variant, e.g. '{covered[0].name}'",
             )
         suggestions = self.suggest(name)
         did_you_mean = f"; did you mean {', '.join(suggestions)}?" if suggestions else ""
@@ -177,6 +212,18 @@ class Catalog:
             return []
         matches = {id(spec) for words, spec in self._spellings if _reaches(key, words)}
         return [spec for spec in self.specs if id(spec) in matches]
+
+    def _spells(self, key: str, spec: GpuSpec) -> bool:
+        """Whether ``key`` is one of ``spec``'s names in full, its closing qualifiers in any order."""
+        return any(_reaches(key, words, omit=False) for words, named in self._spellings if named is spec)
+
+    def family(self, name: str) -> list[GpuSpec]:
+        """The consumer and laptop GPUs that share the bare model number ``name`` is ("4090": the RTX 4090, RTX 4090
+        D and RTX 4090 Laptop), in catalog order; empty for any other name ("RTX 4090", "4090 D", "A100").
+        Not matches (``find`` never reaches across Ti, SUPER, D or Laptop): the other products a bare number may
+        have meant, which ``resolve`` names."""
+        key = normalize(name)
+        return list(self._family.get(key, [])) if key.isdigit() else []
 
     def suggest(self, name: str, limit: int = 3) -> list[str]:
         """Display names of the GPUs whose keys are closest to ``name`` (for typos)."""

@@ -514,10 +514,10 @@ def fit(
     calibration: list[str] = []
     if calibrate is not None:
         targets, calibration = _calibrated(targets, calibrate, catalog)
+    spec = _load(model, exact)  # a model that cannot be read is the one line said: no note on the GPU before it
     for target in targets:
         if target.assumed:
             print_note(target.assumed)
-    spec = _load(model, exact)
     vram = targets[0].spec.vram_gib if targets else None
     serving = engine if task == "infer" else None  # an engine's context default applies to inference alone
     base = Job.from_options(spec, task=task, quant=quant, context=_context(spec, ctx, serving, vram), batch=batch,
