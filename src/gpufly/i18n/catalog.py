@@ -23,13 +23,15 @@ from gpufly.errors import GpuflyError
 
 SOURCE_ROOT = Path(__file__).parent.parent
 MARKED_MODULES = (
-    "catalog/lookup.py", "cli/advise.py", "cli/doctor.py", "cli/install.py", "cli/report.py",
+    "catalog/lookup.py", "cli/advise.py", "cli/bench.py", "cli/doctor.py", "cli/install.py", "cli/report.py",
     "doctor/checks.py", "doctor/extensions.py", "doctor/facts.py",
     "doctor/install/jax.py", "doctor/install/plan.py", "doctor/install/tensorflow.py", "doctor/install/tools.py",
     "doctor/install/torch.py",
     "estimate/advise.py", "estimate/checks.py", "estimate/comms.py", "estimate/job.py", "estimate/memory.py",
     "estimate/parallel.py", "estimate/ranges.py", "estimate/speed.py",
-    "report/actions.py", "report/machine.py", "report/peers.py", "report/reaches.py", "report/setup.py",
+    "profile/attach.py", "profile/render.py",
+    "report/actions.py", "report/machine.py", "report/peers.py", "report/reaches.py", "report/receipts.py",
+    "report/setup.py",
 )
 """The modules whose text output is translated (paths under gpufly/); a new one is added here and to the catalog
 with ``scripts/build_catalog.py --update``."""
