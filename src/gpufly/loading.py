@@ -55,6 +55,80 @@ def is_file_ref(where: str) -> bool:
     return where.endswith(".py") or "/" in where or "\\" in where
 
 
+DYNAMIC_BINDERS = frozenset({"globals", "exec", "eval", "setattr", "vars", "__import__"})
+"""Calls through which a module can bind names that its source never spells out as a binding."""
+
+
+def missing_function(where: str, name: str) -> list[str] | None:
+    """For a ``file.py`` reference, read with ``ast`` before anything of it runs (importing it runs the whole script,
+    a training run perhaps, before the name could be looked up): None when the file binds ``name`` at its top level
+    or may (a module reference, a file that cannot be read or parsed, a star import, ``globals()``, ``exec``, a module
+    ``__getattr__``: left to the import, which says what is wrong in its own words); else the file's public
+    top-level functions, for the error's hint."""
+    import ast
+
+    if not is_file_ref(where):
+        return None
+    path = Path(where).expanduser()
+    try:
+        tree = ast.parse(path.read_bytes(), filename=where)
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    bound = top_level_names(tree)
+    if bound is None or name in bound:
+        return None
+    return [node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and not node.name.startswith("_")]
+
+
+def top_level_names(tree: Any) -> set[str] | None:
+    r"""The names a module binds at its top level (not inside a function or a class body, where they are not its
+    attributes; a ``global`` declaration in a function binds one), or None where it may bind others the source does
+    not spell out (DYNAMIC_BINDERS, a star import, a module ``__getattr__``).
+
+    >>> import ast
+    >>> sorted(top_level_names(ast.parse("import os.path\nfrom a import b as c\nx = y = 1\nif x:\n    def f(): pass")))
+    ['c', 'f', 'os', 'x', 'y']
+    >>> sorted(top_level_names(ast.parse("def g():\n    def main(): pass\nclass Box:\n    main = 1")))
+    ['Box', 'g']
+    >>> top_level_names(ast.parse("from torch import *")) is None
+    True
+    """
+    import ast
+
+    names: set[str] = set()
+    pending: list[ast.AST] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+            if node.name == "__getattr__":
+                return None
+            pending.extend(node.decorator_list)
+            names.update(name for inner in ast.walk(node) if isinstance(inner, ast.Global) for name in inner.names)
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            if any(alias.name == "*" for alias in node.names):
+                return None
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+            continue
+        if isinstance(node, ast.Call):
+            called = node.func
+            if (called.id if isinstance(called, ast.Name) else called.attr if isinstance(called, ast.Attribute)
+                    else "") in DYNAMIC_BINDERS:
+                return None
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
+            names.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            names.add(node.rest)
+        elif isinstance(node, ast.Lambda):
+            continue
+        pending.extend(ast.iter_child_nodes(node))
+    return names
+
+
 def run_it_yourself(ref: str) -> str:
     """The shell command that calls the function ``ref`` names, for a hint: where its traceback shows.
 

@@ -16,6 +16,13 @@ from tests.tune.fakes import FakeMachine
 TINY = Path(__file__).parent.parent / "fixtures" / "tune" / "tiny.py"
 
 
+def column_text(out: str, column: int, edge: str = "│") -> str:
+    """One column of a table the CLI printed, its cells' lines joined by spaces in order: a cell that wraps reads
+    whole again (columns counted from 0; -1 is the last; ``edge="┃"`` reads the header)."""
+    cells = [line.split(edge)[1:-1] for line in out.splitlines() if line.startswith(edge)]
+    return " ".join(" ".join(row[column].split()) for row in cells if row and row[column].strip())
+
+
 @pytest.mark.slow
 def test_a_user_workload_is_tuned_and_resumed(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     results = tmp_path / "trials.jsonl"
@@ -75,7 +82,7 @@ def test_workload_loading_errors_are_one_line(cli, tmp_path: Path, target: str, 
     ("import os\ndef make(options):\n    os._exit(5)\n", "make ended its process with exit code 5 before it answered"),
     ("def make(options):\n    raise KeyboardInterrupt\n", "make raised KeyboardInterrupt"),
     ("import ctypes\ndef make(options):\n    ctypes.string_at(0)\n", "make crashed the process it ran in (SIGSEGV)"),
-    ("import sys\nsys.exit(3)\n", "make called sys.exit(3)"),
+    ("import sys\nsys.exit(3)\ndef make(options): pass\n", "make called sys.exit(3)"),
 ], ids=["not-a-workload", "syntax", "importing", "raising", "sys.exit", "os._exit", "interrupt", "segfault",
         "exit-on-import"])
 def test_a_broken_workload_file_is_a_two_line_error(cli, tmp_path: Path, source: str, message: str) -> None:  # type: ignore[no-untyped-def]
@@ -200,7 +207,7 @@ def test_tune_recsys_runs_the_case_study_stages(cli, tmp_path: Path) -> None:  #
     lines = len(results.read_text().splitlines())
     text = cli("tune", "recsys", "--steps", "40", "--results", str(results), "--resume", "--price-per-hour", "2")
     assert text.code == 0, text.stderr
-    assert "samples/$" in text.stdout and "communication" in text.stdout
+    assert "samples/$" in column_text(text.stdout, -1, edge="┃") and "communication" in column_text(text.stdout, 0)
     verdict = document["decision"]["verdict"]
     assert ("best safe stage" in text.stdout) == (verdict == "faster"), (verdict, text.stdout)
     assert len(results.read_text().splitlines()) == lines, "resumed from the file: nothing ran again"
@@ -263,7 +270,7 @@ def test_report_tune_reads_a_file_an_earlier_gpufly_wrote(cli) -> None:  # type:
 def test_a_run_whose_baseline_fails_exits_1_with_the_reason(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     result = cli("tune", f"{TINY}:failing_loss", "--steps", "8", "--results", str(tmp_path / "r.jsonl"))
     assert result.code == 1
-    assert "RuntimeError: the loss fails on purpose" in result.stdout
+    assert "RuntimeError: the loss fails on purpose" in column_text(result.stdout, -1)
     assert "the baseline itself failed" in result.stdout
 
 
@@ -290,10 +297,10 @@ def test_tune_prints_the_winner_with_its_interval_and_the_evidence(cli, tmp_path
     out = " ".join(text.stdout.split())
     assert re.search(r"best safe configuration: fast=True, 1\.\d\dx the baseline "
                      r"\(95% interval 1\.\d\d-1\.\d\dx over 4 A/B rounds\)", out), out
-    assert re.search(r"noise floor: the baseline ran \d+ times through the run; its throughput varied [\d.]+% from run "
-                     r"to run", out)
+    assert re.search(r"noise: the baseline ran \d+ times through the run: [\d,]+-[\d,]+ samples/s \([\d.]+x apart\); "
+                     r"noise floor \(standard deviation of the log throughput\) [\d.]+%", out)
     assert "accuracy: judged after 40 steps; two seeds of the baseline: probe loss 0.1% apart (judged)" in out
-    assert "baseline, second seed" in out and "(4 rounds)" in out
+    assert "baseline, second seed" in column_text(text.stdout, -1) and "(4 rounds)" in column_text(text.stdout, 3)
     document = json.loads(cli("tune", "cnn", "--results", str(tmp_path / "r.jsonl"), "--resume", "--json").stdout)
     assert document["decision"]["verdict"] == "faster" and document["best"]["configuration"] == "fast=True"
     low, high = document["best"]["speedup_interval"]
@@ -401,10 +408,13 @@ def test_launcher_mistakes_are_one_error_line(cli: Any, tmp_path: Path, args: li
 def fake_stages(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
     """`gpufly tune recsys` (the case study's stages) on a fake machine whose results carry their batch, with a
     fixed copy bandwidth in place of the measured one."""
-    import gpufly.bench
+    import gpufly.cli.tune
     import gpufly.tune
+    from gpufly.tune.stages import Limit
 
-    monkeypatch.setattr(gpufly.bench, "copy_bandwidth", lambda *args: 1e10)
+    monkeypatch.setattr(gpufly.cli.tune, "measure_copy_bandwidth",
+                        lambda *args: Limit(1e10, bandwidth_interval=(0.95e10, 1.04e10), interval_level=0.978,
+                                            copies=10))
 
     def use(speeds: dict[str, float], **machine: Any) -> None:
         fake = FakeMachine(speeds, **machine)
@@ -433,7 +443,7 @@ def test_recsys_stages_whose_accuracy_cannot_be_judged_are_unjudged_in_text_json
     assert text.code == 0, text.stderr
     out = text.stdout
     assert "probe loss 10.1% apart (too far to judge)" in " ".join(out.split())
-    assert "unjudged: accuracy not" in out and "seeds 10.1% apart" in out, "the verdict column may wrap"
+    assert "unjudged: accuracy not judged, seeds 10.1% apart" in column_text(out, -1)
     assert not re.search(r"\bsafe\b(?!ty)", out.replace("best safe", "")), "no stage is called safe"
     document = json.loads(cli("tune", "recsys", "--steps", "40", "--results", str(results), "--resume",
                               "--device", "cpu", "--json").stdout)
@@ -458,9 +468,9 @@ def test_recsys_stages_slower_than_the_chain_are_not_built_on_and_say_so(
     assert rows["+ batch 2048 (lr x8)"]["kept"] is True and rows["+ batch 2048 (lr x8)"]["verdict"] == "safe"
     text = cli("tune", "recsys", "--results", str(tmp_path / "r.jsonl"), "--device", "cpu", "--resume")
     out = text.stdout
-    assert "safe; not built on:" in out and "slower than the stage it" in out, "the verdict column may wrap"
+    assert "safe; not built on: slower than the stage it built on" in column_text(out, -1)
     assert "each stage builds on the last one kept" in " ".join(out.split())
-    assert "median-step samples/s" in out and "median step/s" not in out
+    assert column_text(out, 3, edge="┃") == "median-step samples/s" and "median step/s" not in out
 
 
 def test_the_run_records_device_versions_steps_batch_and_noise_floor(
@@ -478,7 +488,7 @@ def test_the_run_records_device_versions_steps_batch_and_noise_floor(
     out = " ".join(text.stdout.split())
     versions = f"torch {torch.__version__}; Python {platform.python_version()}; gpufly {gpufly.__version__}"
     assert f"measured on: device cpu; {versions}; 40 steps per trial; batch not reported" in out
-    assert "noise floor: the baseline ran" in out
+    assert "noise: the baseline ran" in out
     assert "median-step samples/s" in out and "median step " not in out
     document = json.loads(cli("tune", "cnn", "--results", str(results), "--resume", "--json").stdout)
     assert document["versions"] == {"torch": str(torch.__version__), "python": platform.python_version(),
@@ -493,3 +503,56 @@ def test_launcher_refuses_timeout_as_it_refuses_the_other_run_only_options(cli: 
     result = cli("tune", "cnn", "--launcher", "torchrun", "--timeout", "3")
     assert result.code == 2 and "so --timeout would be ignored" in result.stderr and "hint:" in result.stderr
     assert result.stderr.count("error:") == 1 and not result.stdout
+
+
+def test_recsys_reference_row_and_limit_carry_their_intervals_in_text_and_json(
+        cli: Any, tmp_path: Path, fake_stages: Callable[..., None]) -> None:
+    fake_stages(STAGE_SPEEDS, noise=0.01, steps=160, seed_spread=0.01)
+    run = cli("tune", "recsys", "--results", str(tmp_path / "r.jsonl"), "--device", "cpu", "--json")
+    assert run.code == 0, run.stderr
+    document = json.loads(run.stdout)
+    reference = next(r for r in document["trials"] if r["stage"] == "reference")
+    low, high = reference["speedup_interval"]
+    assert low <= reference["speedup"] <= high and reference["pairs"] == 4 and reference["rounds"] == 0
+    assert document["bandwidth"] == {"bytes_per_s": 1e10, "interval": [0.95e10, 1.04e10], "level": 0.978,
+                                     "copies": 10}
+    share = reference["limit_share"]
+    assert reference["limit_share_interval"] == [pytest.approx(share / 1.04), pytest.approx(share / 0.95)]
+    text = cli("tune", "recsys", "--results", str(tmp_path / "r.jsonl"), "--device", "cpu", "--resume").stdout
+    assert re.search(r"\d+\.\d\dx \[\d+\.\d\d-\d+\.\d\d\] \(4 rounds\) = [\d,]+ / [\d,]+$", column_text(text, 4)), \
+        "the reference's speedup, its interval, its rounds and the figures it is the ratio of"
+    assert "copy bandwidth measured now, 10.00 GB/s [9.50-10.40] (median of 10 copies, 97.8% interval)" in " ".join(
+        text.split())
+    assert re.search(r"\d\.\d% \[\d\.\d-\d\.\d\]", column_text(text, 6)), "the limit with its range"
+
+
+def test_a_missing_function_is_named_before_the_file_runs(cli: Any, tmp_path: Path) -> None:
+    """`gpufly tune script.py:main` where main does not exist used to run the whole script (minutes of training, in
+    the probe's case) before it said so: the file's source is read first, nothing of it runs."""
+    ran = tmp_path / "ran"
+    script = tmp_path / "script.py"
+    script.write_text(f"from pathlib import Path\nPath({str(ran)!r}).write_text('ran')\n\ndef train(options):\n"
+                      "    pass\n\ndef mian():\n    pass\n")
+    result = cli("tune", f"{script}:main", "--results", str(tmp_path / "r.jsonl"))
+    assert result.code == 2 and f"{script} has no function 'main'" in result.stderr, result.stderr
+    assert "did you mean mian, train? Or define def main(options)" in result.stderr and not ran.exists(), \
+        "nothing of the script ran"
+    result = cli("tune", f"{script}:build", "--results", str(tmp_path / "r.jsonl"))
+    assert "define def build(options): ... returning a Workload there, or name one of its functions: train, mian" \
+        in result.stderr, "the function asked for, and the ones there are"
+    assert not ran.exists() and not (tmp_path / "r.jsonl").exists()
+
+
+@pytest.mark.parametrize("source", [
+    "from os.path import *\n",
+    "def __getattr__(name):\n    return lambda options: None\n",
+    "globals()['make'] = lambda options: None\n",
+    "if True:\n    for make in [1]:\n        pass\n",
+])
+def test_names_the_source_may_bind_unseen_are_left_to_the_import(source: str) -> None:
+    import ast
+
+    from gpufly.loading import top_level_names
+
+    names = top_level_names(ast.parse(source))
+    assert names is None or "make" in names

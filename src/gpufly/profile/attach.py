@@ -9,7 +9,6 @@ measurements are kept and the exit code is the shell's for the signal (143; 130 
 
 from __future__ import annotations
 
-import ast
 import difflib
 import os
 import runpy
@@ -27,7 +26,7 @@ from typing import Any
 from gpufly.errors import GpuflyError
 from gpufly.i18n import gettext as _
 from gpufly.i18n import ngettext
-from gpufly.loading import is_file_ref, load_function, one_line, split_ref
+from gpufly.loading import load_function, missing_function, one_line, split_ref
 from gpufly.profile.profiler import Profiler
 
 
@@ -90,69 +89,17 @@ def resolve(target: str) -> tuple[str, Callable[[], Any]]:
 
 
 def _check_defined(target: str) -> None:
-    """For ``file.py:function``: that the file binds ``function`` at its top level, read with ``ast`` before the file
-    is run (importing it runs the whole script, a training run perhaps, before the name could be looked up).
-
-    A ``def``, a class, an assignment or an import of the name anywhere outside a function or class body counts; a
-    file that could bind names in ways ``ast`` cannot see (``from x import *``, ``globals()``, ``exec``, a module
-    ``__getattr__``) is left to the import. Module references are left to the import too: finding their file would
-    import their packages. A SyntaxError is raised as it is."""
+    """For ``file.py:function``: that the file binds ``function`` at its top level, read before the file is run
+    (``gpufly.loading.missing_function``)."""
     where, name = split_ref(target)
-    path = Path(where)
-    if not is_file_ref(where) or not path.is_file():
+    functions = missing_function(where, name)
+    if functions is None:
         return
-    try:
-        source = path.read_bytes()
-    except OSError:
-        return  # the import says why, in its own words
-    try:
-        tree = ast.parse(source, filename=where)
-    except (ValueError, RecursionError, MemoryError):  # null bytes (before Python 3.12), a pathological nesting
-        return  # left to the import, which says it in its own words
-    bound = _top_level_names(tree)
-    if bound is None or name in bound:
-        return
-    close = difflib.get_close_matches(name, sorted(n for n in bound if not n.startswith("_")), n=3)
+    close = difflib.get_close_matches(name, functions, n=3)
     raise GpuflyError(_("{where} has no function '{name}'").format(where=where, name=name),
                       _("did you mean {names}?").format(names=", ".join(close)) if close else
                       _("define def {name}(): ... at the top level of {where} (checked before running it: nothing "
                         "ran)").format(name=name, where=where))
-
-
-DYNAMIC_BINDERS = frozenset({"globals", "exec", "setattr", "vars", "__import__"})
-"""Calls through which a module can bind names that ``ast`` does not see as assignments."""
-
-
-def _top_level_names(tree: ast.Module) -> set[str] | None:
-    """The names the module binds at its top level (not inside a function or a class, where they are not its
-    attributes), or None where it may bind others that cannot be read off the source."""
-    names: set[str] = set()
-    pending: list[ast.AST] = list(tree.body)
-    while pending:
-        node = pending.pop()
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names.add(node.name)
-            if node.name == "__getattr__":
-                return None
-            pending.extend(node.decorator_list)
-            for inner in ast.walk(node):  # `global name` in a function binds a module attribute too
-                if isinstance(inner, ast.Global):
-                    names.update(inner.names)
-            continue
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            for alias in node.names:
-                if alias.name == "*":
-                    return None
-                names.add(alias.asname or alias.name.split(".")[0])
-            continue
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            names.add(node.id)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in DYNAMIC_BINDERS:
-            return None
-        elif isinstance(node, ast.Lambda):
-            continue
-        pending.extend(ast.iter_child_nodes(node))
-    return names
 
 
 def _syntax_error(target: str, exc: SyntaxError, where: str, file: str) -> GpuflyError:

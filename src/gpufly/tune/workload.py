@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from gpufly.i18n import gettext as _
+
 if TYPE_CHECKING:
     import torch
     from torch.utils.data import Dataset
@@ -86,11 +88,13 @@ BUILTIN = {name: f"gpufly.tune.workloads.{name}:workload" for name in ("recsys",
 
 
 def load_factory(name: str) -> WorkloadFactory:
-    """The factory a workload name points at, through gpufly's one loader of function references."""
-    from gpufly.loading import load_function
+    """The factory a workload name points at, through gpufly's one loader of function references (whose hint, when
+    the name is missing, names the function asked for)."""
+    from gpufly.loading import load_function, split_ref
 
     check_name(name)
-    return load_function(BUILTIN.get(name, name), example="workload")
+    target = BUILTIN.get(name, name)
+    return load_function(target, example=split_ref(target)[1])
 
 
 def search_space(name: str, cuda: bool, task: str, ddp: int, timeout_s: float) -> SearchSpace:
@@ -117,7 +121,32 @@ def check_name(name: str) -> None:
     target = BUILTIN.get(name, name)
     if ":" not in target:
         raise GpuflyError(f"unknown workload {name!r}", f"built in: {', '.join(BUILTIN)}; or module:function")
-    split_ref(target)
+    where, function = split_ref(target)
+    check_defined(where, function)
+
+
+def check_defined(where: str, function: str) -> None:
+    """Before a file is run (importing it runs the whole script): a ``file.py`` whose source binds no ``function``
+    at module level is refused, naming the function asked for and the ones the file defines
+    (``gpufly.loading.missing_function``: nothing of the file runs, and what it cannot tell is left to the import)."""
+    import difflib
+
+    from gpufly.errors import GpuflyError
+    from gpufly.loading import missing_function
+
+    functions = missing_function(where, function)
+    if functions is None:
+        return
+    close = difflib.get_close_matches(function, functions, n=3)
+    define = _("define def {function}(options): ... returning a Workload there").format(function=function)
+    if close:
+        hint = _("did you mean {names}? Or {define}").format(names=", ".join(close), define=define)
+    elif functions:
+        hint = _("{define}, or name one of its functions: {names}").format(define=define, names=", ".join(functions))
+    else:
+        hint = define
+    raise GpuflyError(_("{where} has no function '{function}' (read without running it)").format(
+        where=where, function=function), hint)
 
 
 def build(name: str, options: dict[str, Any]) -> Workload:
