@@ -3,6 +3,7 @@ fused stage computes what the hand-written reference loop computes, with no more
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -277,3 +278,51 @@ def test_the_stage_set_beside_the_hand_written_loop_is_a_safe_one_never_one_whos
     chosen = fastest_safe(results)
     assert chosen is not None and chosen.name == "sparse"
     assert fastest_safe([row("batch 2048", 9.0, unjudged="seeds")]) is None
+
+
+def test_the_reference_row_has_an_interval_from_rounds_beside_the_baseline_and_one_run_s_figures(
+        tmp_path: Path) -> None:
+    """The probe's case: every stage had an interval, the hand-written loop's row none (its speedup was the median of
+    its runs over the baseline's median). The baseline now runs in each of its rounds: the row's speedup is the
+    geometric mean of its ratios to the baseline beside it, with their interval; its figures are its median run's."""
+    machine = FakeMachine(SPEEDS, noise=0.02, timed=True)
+    plan, search = _case_study(tmp_path, machine)
+    baseline_runs_before_reference: list[int] = []
+    runner = search.runner
+
+    def counting(trial: Trial) -> TrialResult:
+        if trial.knobs == {"reference": True} and not baseline_runs_before_reference:
+            baseline_runs_before_reference.append(machine.runs.count(search.baseline.name))  # type: ignore[union-attr]
+        return runner(trial)
+
+    search.runner = counting
+    search.run()
+    reference = next(r for r in search.results if r.stage == "reference")
+    assert reference.rounds == 0, "never a candidate"
+    assert reference.pairs == plan.rounds and reference.speedup_low is not None and reference.speedup_high is not None
+    assert reference.speedup_low <= (reference.speedup or 0) <= reference.speedup_high
+    assert reference.speedup == pytest.approx((reference.paired_throughput or 0) / (reference.paired_baseline or 1))
+    assert reference.speedup_low < 14.0 < reference.speedup_high, "the fake machine's truth: 14x the baseline"
+    baseline_name = search.baseline.name  # type: ignore[union-attr]
+    assert machine.runs.count(baseline_name) >= baseline_runs_before_reference[0] + plan.rounds
+    runs = [r for r in machine.results if r.knobs == {"reference": True}]
+    assert (reference.throughput, reference.median_step_throughput, reference.seconds) in [
+        (r.throughput, r.median_step_throughput, r.seconds) for r in runs], "one run's figures"
+    row = reference.to_dict()
+    assert row["speedup_interval"] == [reference.speedup_low, reference.speedup_high] and row["pairs"] == plan.rounds
+
+
+def test_the_bandwidth_behind_the_limit_column_comes_with_its_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpufly.cli.tune
+    from gpufly.cli.tune import bandwidth_text, measure_copy_bandwidth
+
+    monkeypatch.setattr(gpufly.cli.tune, "COPY_BYTES", 2**20)
+    limit = measure_copy_bandwidth(torch, "cpu")
+    assert limit.bandwidth_interval is not None and limit.copies == 10 and limit.interval_level > 0.95
+    low, high = limit.bandwidth_interval
+    assert low <= limit.bandwidth_bytes_per_s <= high
+    rows = with_limit([{"throughput": 10_000.0, "batch_size": 256}], limit)
+    share_low, share_high = rows[0]["limit_share_interval"]
+    assert share_low <= rows[0]["limit_share"] <= share_high
+    text = bandwidth_text(limit.to_dict())
+    assert re.fullmatch(r"[\d.]+ GB/s \[[\d.]+-[\d.]+\] \(median of 10 copies, 9\d\.\d% interval\)", text), text

@@ -121,7 +121,8 @@ def test_a_trial_is_one_row_shape_and_a_stage_adds_its_fields() -> None:
                          "throughputs", "speedup", "speedup_interval", "rounds", "peak_memory_bytes", "loss_drift",
                          "eval_metric", "metric_drop", "world_size", "nodes", "error", "seconds", "energy_j",
                          "joules_per_unit", "energy_note", "energy_cost_per_million", "time_cost_per_million",
-                         "verdict", "unjudged"]
+                         "verdict", "unjudged", "unsafe_because", "paired_throughput", "paired_baseline", "pairs",
+                         "runs", "shown_run"]
     assert row["seconds"] == 1.23 and row["configuration"] == "amp=bf16" and row["verdict"] == "safe"
     result.stage = "compute"
     staged = result.to_dict(price_per_hour=2.0)

@@ -16,6 +16,7 @@ from gpufly.cli.paths import check_writable
 from gpufly.cli.render import console, print_json
 from gpufly.errors import GpuflyError
 from gpufly.extras import require
+from gpufly.i18n import gettext as _
 
 SEARCH_STEPS = 40
 TIMEOUT_S = 300.0
@@ -119,8 +120,9 @@ def tune(
     decision = run.decision()
     rows = [r.to_dict(price_per_hour, price_per_kwh) for r in run.results]
     comparisons: list[Any] = []
+    bandwidth: dict[str, Any] | None = None
     if stages_run:
-        rows, comparisons = _case_study_rows(rows, plan, torch, cuda)
+        rows, comparisons, bandwidth = _case_study_rows(rows, plan, torch, cuda)
     best_row = None if best is None else {"configuration": best.name, "knobs": best.knobs, "speedup": best.speedup,
                                           "speedup_interval": _interval(best), "rounds": best.rounds,
                                           "code": code_for(best.knobs)}
@@ -133,7 +135,8 @@ def tune(
         write_html(html, workload, rows, best_row, str(results), f"No winner ({decision.verdict}): {decision.reason}",
                    {**conditions, **evidence, "energy": energy})
     if as_json:
-        mode = {"mode": "stages", "reference": [c.to_dict() for c in comparisons]} if stages_run else {}
+        mode = ({"mode": "stages", "reference": [c.to_dict() for c in comparisons], "bandwidth": bandwidth}
+                if stages_run else {})
         print_json({"workload": workload, **mode, "results_file": str(results), **conditions,
                     "decision": decision.to_dict(), **evidence, "energy": energy, "trials": rows,
                     "best": best_row, "price_per_hour": price_per_hour, "price": price_note,
@@ -142,7 +145,7 @@ def tune(
         from gpufly.tune.render import conditions_text
 
         if stages_run:
-            _render_stages(rows, price_note)
+            _render_stages(rows, price_note, bandwidth)
             for comparison in comparisons:
                 console().print(comparison.text(), markup=False)
         else:
@@ -274,34 +277,60 @@ def _price(torch: Any, cuda: bool, given: float | None) -> tuple[float | None, s
 
 
 def _case_study_rows(rows: list[dict[str, Any]], plan: Any, torch: Any,
-                     cuda: bool) -> tuple[list[dict[str, Any]], list[Any]]:
+                     cuda: bool) -> tuple[list[dict[str, Any]], list[Any], dict[str, Any]]:
     """The stages' rows with each one's share of this machine's memory-bandwidth limit (its copy bandwidth,
-    measured now, over the bytes a sample moves), and the safe stages' A/B comparisons with the hand-written loop."""
-    from gpufly.bench import copy_bandwidth
-    from gpufly.tune.stages import Limit, with_limit
+    measured now, over the bytes a sample moves), the safe stages' A/B comparisons with the hand-written loop, and
+    the bandwidth with its interval."""
+    from gpufly.tune.stages import with_limit
 
-    limit = Limit(copy_bandwidth(torch, "cuda" if cuda else "cpu"))
-    return with_limit(rows, limit), list(getattr(plan, "comparisons", []))
+    limit = measure_copy_bandwidth(torch, "cuda" if cuda else "cpu")
+    return with_limit(rows, limit), list(getattr(plan, "comparisons", [])), limit.to_dict()
 
 
-def _render_stages(rows: list[dict[str, Any]], price_note: str | None) -> None:
+COPY_BYTES = 256 * 2**20
+COPY_REPEATS = 10
+
+
+def measure_copy_bandwidth(torch: Any, device: str) -> Any:
+    """The memory bandwidth behind the limit column: the median of ``COPY_REPEATS`` copies of ``COPY_BYTES`` (read
+    plus write) with gpufly bench's memory.copy kernel, as ``gpufly.bench.copy_bandwidth`` measures it, with the
+    interval of that median (order statistics: the timing harness's)."""
+    from gpufly.bench import measure
+    from gpufly.bench.kernels import copy
+    from gpufly.tune.stages import Limit
+
+    where = torch.device(device)
+    kernel = copy(torch, where, COPY_BYTES)
+    sync = (lambda: torch.cuda.synchronize(where)) if where.type == "cuda" else None
+    timing = measure(kernel.fn, warmup=2, repeats=COPY_REPEATS, sync=sync)
+    interval = None
+    if timing.ci_low_s and timing.ci_high_s:
+        interval = (kernel.work / timing.ci_high_s, kernel.work / timing.ci_low_s)
+    return Limit(kernel.work / timing.median_s, bandwidth_interval=interval, interval_level=timing.ci_level,
+                 copies=timing.repeats)
+
+
+def _render_stages(rows: list[dict[str, Any]], price_note: str | None,
+                   bandwidth: dict[str, Any] | None = None) -> None:
     from rich.table import Table
+
+    from gpufly.tune.render import PAIRED_NOTE
 
     table = Table(title="gpufly tune recsys: the case study, stage by stage (cumulative: each stage builds on the last "
                         "one kept; a stage unsafe, failed or slower than the one it built on beyond the noise is "
                         "shown, marked \"not built on\", and not kept)")
     priced = _priced_columns(rows)
     unit = _unit(rows)
-    columns = ["stage", "configuration", f"{unit}/s", f"median-step {unit}/s", "speedup [95%]", "held-out loss",
-               "limit", *priced, "verdict"]
+    columns = ["stage", "configuration", f"{unit}/s", f"median-step {unit}/s", SPEEDUP_TITLE, "held-out loss",
+               "limit [95%]", *priced, "verdict"]
     if price_note:
         columns.append("samples/$")
     for column in columns:
         table.add_column(column, justify="left" if column in ("stage", "configuration", "verdict") else "right")
     for r in rows:
         cells = [r["stage"], r["configuration"], _rate(r["throughput"]), _rate(r["median_step_throughput"]),
-                 _speedup(r), "—" if r["held_out_loss"] is None else f"{r['held_out_loss']:.4f}",
-                 "—" if r.get("limit_share") is None else f"{r['limit_share']:.1%}",
+                 _speedup_and_pair(r), "—" if r["held_out_loss"] is None else f"{r['held_out_loss']:.4f}",
+                 _limit(r),
                  *(_money_or_energy(r, key) for key in priced.values()), _verdict(r)]
         if price_note:
             cells.append("—" if r["samples_per_dollar"] is None else f"{r['samples_per_dollar']:,.0f}")
@@ -311,10 +340,39 @@ def _render_stages(rows: list[dict[str, Any]], price_note: str | None) -> None:
     out.print(f"price: {price_note}" if price_note else
               "samples per dollar: give --price-per-hour (on a GPU the catalog prices, its price is taken)",
               markup=False)
+    out.print(_("speedup: {note}").format(note=_(PAIRED_NOTE)), markup=False)
     shared = next((r for r in rows if r.get("bytes_per_sample")), None)
     if shared is not None:
-        out.print("limit: the share of this machine's memory-bandwidth limit (copy bandwidth measured now, over "
-                  f"about {shared['bytes_per_sample'] / 1e3:.0f} KB a sample moves)", markup=False)
+        out.print(_("limit: the share of this machine's memory-bandwidth limit: the copy bandwidth measured now, "
+                    "{bandwidth}, over about {kb:.0f} KB a sample moves; the range is the bandwidth's interval "
+                    "alone").format(bandwidth=bandwidth_text(bandwidth), kb=shared["bytes_per_sample"] / 1e3),
+                  markup=False)
+
+
+def bandwidth_text(bandwidth: dict[str, Any] | None) -> str:
+    """The copy bandwidth with its interval: ``9.87 GB/s [9.51-10.12] (median of 10 copies, 97.9% interval)``.
+
+    >>> bandwidth_text({"bytes_per_s": 9.87e9, "interval": [9.51e9, 1.012e10], "level": 0.9785, "copies": 10})
+    '9.87 GB/s [9.51-10.12] (median of 10 copies, 97.9% interval)'
+    """
+    if not bandwidth:
+        return _("not measured")
+    text = f"{bandwidth['bytes_per_s'] / 1e9:.2f} GB/s"
+    interval = bandwidth.get("interval")
+    if not interval:
+        return text + _(" (no interval)")
+    return text + _(" [{low:.2f}-{high:.2f}] (median of {copies} copies, {level:.1%} interval)").format(
+        low=interval[0] / 1e9, high=interval[1] / 1e9, copies=bandwidth.get("copies"),
+        level=bandwidth.get("level") or 0.0)
+
+
+def _limit(row: dict[str, Any]) -> str:
+    """The share of the limit, with its range over the bandwidth's interval."""
+    share = row.get("limit_share")
+    if share is None:
+        return "—"
+    interval = row.get("limit_share_interval")
+    return f"{share:.1%}" + ("" if not interval else f"\n[{100 * interval[0]:.1f}-{100 * interval[1]:.1f}]")
 
 
 def _unit(rows: list[dict[str, Any]]) -> str:
@@ -333,8 +391,21 @@ def _speedup(row: dict[str, Any]) -> str:
     if row["role"] != "trial" or row["speedup_interval"] is None:
         return f"{row['speedup']:.2f}x"
     low, high = row["speedup_interval"]
-    rounds = f" ({row['rounds']} rounds)" if row["rounds"] > 1 else ""
+    count = max(row["rounds"], row.get("pairs") or 0)
+    rounds = f" ({count} rounds)" if count > 1 else ""
     return f"{row['speedup']:.2f}x [{low:.2f}-{high:.2f}]{rounds}"
+
+
+SPEEDUP_TITLE = "speedup [95%] = trial / baseline beside it"
+"""The speedup column: the speedup with its interval, and under it the two throughputs it is the ratio of."""
+
+
+def _speedup_and_pair(row: dict[str, Any]) -> str:
+    """The speedup with its interval, and on a second line the figures it is the ratio of (``= 30 / 32``)."""
+    from gpufly.tune.render import paired_text
+
+    paired = paired_text(row)
+    return _speedup(row) + ("" if paired == "—" else f"\n= {paired}")
 
 
 def _interval(result: Any) -> list[float] | None:
@@ -350,7 +421,9 @@ def _evidence(baseline: Any, steps: int) -> dict[str, Any]:
     from gpufly.tune.verdict import DRIFT_TOLERANCE, METRIC_TOLERANCE, judgeable
 
     noise = {"baseline_runs": len(baseline.throughputs), "noise_floor": baseline.noise_floor,
-             "throughputs": baseline.throughputs}
+             "throughputs": baseline.throughputs, "unit": baseline.unit,
+             "range": [min(baseline.throughputs), max(baseline.throughputs)] if baseline.throughputs else None,
+             "shown_run": baseline.shown_run, "own_seed_runs": len(baseline.runs)}
     accuracy = {"steps": steps, "seed_loss_drift": baseline.seed_loss_drift,
                 "seed_metric_drift": baseline.seed_metric_drift,
                 "loss_judged": baseline.eval_loss is not None and judgeable(baseline.seed_loss_drift, DRIFT_TOLERANCE),
@@ -361,13 +434,18 @@ def _evidence(baseline: Any, steps: int) -> dict[str, Any]:
 
 def _conclude(decision: Any, best: Any, evidence: dict[str, Any], results: Path, stages_run: bool) -> None:
     """The evidence, then the verdict: the winner with its interval, the baseline kept, or why there is none."""
+    from gpufly.tune.render import accuracy_text, noise_text
     out = console()
     noise, accuracy = evidence["noise"], evidence["accuracy"]
-    if noise is not None and noise["noise_floor"] is not None:
-        out.print(f"noise floor: the baseline ran {noise['baseline_runs']} times through the run; its throughput "
-                  f"varied {noise['noise_floor']:.1%} from run to run", markup=False)
+    spread = noise_text(noise)
+    if noise is not None and spread is not None:
+        shown = ""
+        if noise.get("shown_run") and (noise.get("own_seed_runs") or 0) > 1:
+            shown = _("; its row shows one run's figures: its median run, run {run} of its {count} runs with seed "
+                      "0").format(run=noise["shown_run"], count=noise["own_seed_runs"])
+        out.print(f"noise: {spread}{shown}", markup=False)
     if accuracy is not None:
-        out.print(f"accuracy: {_accuracy_line(accuracy)}", markup=False)
+        out.print(f"accuracy: {accuracy_text(accuracy)}", markup=False)
     what = "stage" if stages_run else "configuration"
     if decision.verdict == "failed":
         out.print("the baseline itself failed; nothing to compare against (see the error above)", markup=False)
@@ -393,18 +471,6 @@ def _conclude(decision: Any, best: Any, evidence: dict[str, Any], results: Path,
     out.print(f"results: {results} (--resume goes on from it)", markup=False)
 
 
-def _accuracy_line(accuracy: dict[str, Any]) -> str:
-    """How many steps the accuracy test used and whether two seeds of the baseline agreed enough to judge."""
-    parts = []
-    for what, key, judged in (("probe loss", "seed_loss_drift", "loss_judged"),
-                              ("metric", "seed_metric_drift", "metric_judged")):
-        if accuracy[key] is not None:
-            parts.append(f"{what} {accuracy[key]:.1%} apart ({'judged' if accuracy[judged] else 'too far to judge'})")
-    seeds = "; ".join(parts) if parts else "no seed drift known (see the second seed's row); fixed tolerances"
-    judged = "judged" if accuracy["loss_judged"] or accuracy["metric_judged"] or not parts else "not judged"
-    return f"{judged} after {accuracy['steps']} steps; two seeds of the baseline: {seeds}"
-
-
 def _verdict(row: dict[str, Any]) -> str:
     """safe; unjudged (accuracy not judged, with why); unsafe with the reason; or the failure; and for a stage the
     stages after it do not build on, why (``gpufly.tune.render.verdict_text``, as the HTML page says it)."""
@@ -427,22 +493,23 @@ def _render(rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
     from gpufly.cli.render import gib
+    from gpufly.tune.render import PAIRED_NOTE
 
     table = Table(title="gpufly tune")
     priced = _priced_columns(rows)
-    for column in ("configuration", "throughput", f"median-step {_unit(rows)}/s", "speedup [95%]", "peak memory",
-                   "loss drift",
-                   *priced, "verdict"):
+    for column in ("configuration", "throughput", f"median-step {_unit(rows)}/s", SPEEDUP_TITLE, "peak memory",
+                   "loss drift", *priced, "verdict"):
         table.add_column(column, justify="left" if column in ("configuration", "verdict") else "right")
     for row in rows:
         unit = f" {row['unit']}/s"
         table.add_row(row["configuration"],
                       "—" if row["throughput"] is None else f"{row['throughput']:,.0f}{unit}",
-                      _rate(row["median_step_throughput"]), _speedup(row),
+                      _rate(row["median_step_throughput"]), _speedup_and_pair(row),
                       "—" if row["peak_memory_bytes"] is None else gib(row["peak_memory_bytes"]),
                       "—" if row["loss_drift"] is None else f"{100 * row['loss_drift']:.2f}%",
                       *(_money_or_energy(row, key) for key in priced.values()), _verdict(row))
     console().print(table)
+    console().print(_("speedup: {note}").format(note=_(PAIRED_NOTE)), markup=False)
 
 
 def _priced_columns(rows: list[dict[str, Any]]) -> dict[str, str]:

@@ -32,6 +32,7 @@ MARKED_MODULES = (
     "profile/attach.py", "profile/render.py",
     "report/actions.py", "report/machine.py", "report/peers.py", "report/reaches.py", "report/receipts.py",
     "report/setup.py",
+    "cli/tune.py", "tune/render.py", "tune/verdict.py", "tune/workload.py",
 )
 """The modules whose text output is translated (paths under gpufly/); a new one is added here and to the catalog
 with ``scripts/build_catalog.py --update``."""

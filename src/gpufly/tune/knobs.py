@@ -436,7 +436,7 @@ def quantize_weight_only(model: torch.nn.Module, quantize: str, cuda: bool) -> t
     if quantize != "int8_weight_only" and not cuda:
         raise ValueError(f"quantize={quantize} has torchao kernels for CUDA GPUs only")
     try:
-        import torchao.quantization as ao
+        import torchao.quantization as ao  # type: ignore[import-untyped,import-not-found,unused-ignore]
     except ImportError:
         raise ValueError(f"quantize={quantize} needs torchao: pip install torchao") from None
     if quantize == "int4_weight_only":

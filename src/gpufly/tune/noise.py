@@ -108,3 +108,14 @@ def interpolate(before: tuple[int, float], after: tuple[int, float] | None, at: 
         return before[1]
     share = (at - before[0]) / (after[0] - before[0])
     return before[1] + share * (after[1] - before[1])
+
+
+def geometric_mean(values: Sequence[float]) -> float | None:
+    """The geometric mean of the positive ``values`` (None without one): the mean of throughputs whose ratio is the
+    geometric mean of their pairwise ratios, so a speedup over several A/B pairs is one throughput over another.
+
+    >>> round(geometric_mean([100.0, 400.0]), 6), geometric_mean([])
+    (200.0, None)
+    """
+    logs = [math.log(v) for v in values if v > 0]
+    return math.exp(statistics.fmean(logs)) if logs else None

@@ -160,7 +160,9 @@ STATUSES = ("ok", "unsafe", "oom", "failed", "timeout")
 ROLES = ("trial", "baseline", "seed")
 """What a line measured (``TrialResult.role``)."""
 MEASURED = ("throughput", "median_step_throughput", "speedup", "speedup_low", "speedup_high", "seconds",
-            "noise_floor")
+            "noise_floor", "paired_throughput", "paired_baseline")
+RUN_MEASURED = ("throughput", "median_step_throughput", "seconds")
+"""The figures of each of a trial's ``runs`` that must be finite numbers of at least 0 (the row shows one run's)."""
 """Figures the search and the report compare and print: NaN would sort anywhere and infinity would win every
 comparison, so a saved one must be a finite number, 0 or more (the losses may be NaN or infinite: that is how a
 diverged trial is recorded)."""
@@ -193,8 +195,16 @@ def _check_trial(result: TrialResult) -> None:
     for value in result.throughputs:
         if not (math.isfinite(value) and value >= 0):
             raise GpuflyError(f"throughputs must hold finite numbers of at least 0, got {shown(value)}", READ_HINT)
-    if result.rounds < 0:
-        raise GpuflyError(f"rounds must be at least 0, got {result.rounds}", READ_HINT)
+    for run in result.runs:
+        for name in RUN_MEASURED:
+            value = getattr(run, name)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise GpuflyError(f"runs[].{name} must be a finite number of at least 0, got {shown(value)}",
+                                  READ_HINT)
+    if result.rounds < 0 or result.pairs < 0:
+        raise GpuflyError(f"rounds and pairs must be at least 0, got {result.rounds} and {result.pairs}", READ_HINT)
+    if result.shown_run is not None and not 1 <= result.shown_run <= len(result.runs):
+        raise GpuflyError(f"shown_run {result.shown_run} is not one of the {len(result.runs)} runs", READ_HINT)
 
 
 def status_counts(results: Iterable[TrialResult]) -> str:

@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import math
 import random
-import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpufly.tune.knobs import BY_NAME, Ddp
-from gpufly.tune.noise import interpolate, noise_floor, ratio_interval
+from gpufly.tune.noise import geometric_mean, interpolate, noise_floor, ratio_interval
 from gpufly.tune.results import ResultsLog
 from gpufly.tune.trial import Runner, Trial, TrialResult
 from gpufly.tune.verdict import (
@@ -172,7 +171,7 @@ class Search:
     def _baseline_run(self, trial: Trial) -> TrialResult:
         result = judge(self._run(trial), None)
         if result.usable and result.throughput is not None:
-            result.throughputs = [result.throughput]
+            _first_run(result)
             self._timeline.append((self._position, result.throughput))
         return result
 
@@ -182,7 +181,7 @@ class Search:
             self._remeasure()
         result = judge(self._run(trial), baseline, self.tolerance, self.metric_tolerance)
         if result.status in ("ok", "unsafe") and result.throughput is not None:  # unsafe: shown at its true speed
-            result.throughputs = [result.throughput]
+            _first_run(result)
             self._pending.append((self._position, result))
         return result
 
@@ -200,12 +199,13 @@ class Search:
             seeded.loss_drift = loss_drift(seeded.eval_loss, baseline.eval_loss)
             seeded.metric_drop = metric_drop(seeded.eval_metric, baseline.eval_metric, baseline.higher_is_better)
             if seeded.losses and seeded.losses == baseline.losses:
-                seeded.error = "the same losses as seed 0: the workload sets its own seed, so no seed drift is known"
+                seeded.error = ("the same losses as seed 0: the workload sets its own seed, so no seed drift is "
+                                "known (leave the seed to the tuner: no torch.manual_seed in the factory)")
             else:
                 baseline.seed_loss_drift = seeded.loss_drift
                 baseline.seed_metric_drift = None if seeded.metric_drop is None else abs(seeded.metric_drop)
             if seeded.throughput:
-                self._baseline_measured(seeded.throughput)
+                self._baseline_measured(seeded)
         self.log.append(seeded)
         self._record(trial, seeded)
         self.log.append(baseline)
@@ -216,18 +216,28 @@ class Search:
         if baseline is None or not baseline.usable:
             return
         again = self._run(Trial(baseline.name, baseline.knobs))
-        if again.usable and again.throughput:
-            self._baseline_measured(again.throughput)
-            self.log.append(baseline)
+        self.baseline_ran(again)
 
-    def _baseline_measured(self, throughput: float) -> None:
-        """A baseline run at this position: the floor and the baseline's median updated, waiting trials settled."""
+    def baseline_ran(self, run: TrialResult) -> None:
+        """Another run of the baseline (its own seed), made by the plan or the search: when it measured a
+        throughput, one more point of the noise floor, a run the baseline's row may show, and the reference of the
+        trials waiting for it; the baseline's line is written again."""
         baseline = self.baseline
-        if baseline is None:
+        if baseline is None or not run.usable or not run.throughput:
             return
-        self._timeline.append((self._position, throughput))
-        baseline.throughputs.append(throughput)
-        baseline.throughput = statistics.median(baseline.throughputs)
+        self._baseline_measured(run)
+        self.log.append(baseline)
+
+    def _baseline_measured(self, run: TrialResult) -> None:
+        """A baseline run at this position: the floor updated, the row's figures the median run's (a run with the
+        baseline's own seed), the waiting trials settled."""
+        baseline = self.baseline
+        if baseline is None or run.throughput is None:
+            return
+        self._timeline.append((self._position, run.throughput))
+        baseline.throughputs.append(run.throughput)
+        if run.seed == baseline.seed:
+            baseline.add_run(run)
         baseline.noise_floor = noise_floor(baseline.throughputs)
         for position, result in self._pending:
             self._compare(result, position)
@@ -240,7 +250,9 @@ class Search:
         after = min((p for p in self._timeline if p[0] > position), default=None)
         if before is None or result.throughput is None:
             return
-        result.speedup = result.throughput / interpolate(before, after, position)
+        beside = interpolate(before, after, position)
+        result.speedup = result.throughput / beside
+        result.paired_throughput, result.paired_baseline, result.pairs = result.throughput, beside, 1
         floor = None if self.baseline is None else self.baseline.noise_floor
         runs = 0 if self.baseline is None else len(self.baseline.throughputs)
         interval = ratio_interval([result.speedup], floor, runs)
@@ -269,30 +281,42 @@ class Search:
         the speedup becomes the geometric mean of the rounds' ratios (its search run's included), with its
         interval. A round that fails leaves the candidate unconfirmed, with the reason."""
         ratios = [candidate.speedup or 0.0]
+        first = candidate.paired_throughput or candidate.throughput or 0.0
+        mine, beside = [first], [candidate.paired_baseline or first / (candidate.speedup or 1.0)]
         for number in range(self.rounds):
             pair = [(baseline, "base"), (candidate, "candidate")]
-            measured: dict[str, float] = {}
+            measured: dict[str, TrialResult] = {}
             for result, which in pair if number % 2 == 0 else pair[::-1]:
                 run = self._run(Trial(result.name, result.knobs))
                 if not run.usable or not run.throughput:
                     candidate.error = f"A/B round {number + 1} failed ({run.status}): {run.error or 'no throughput'}"
                     self.log.append(candidate)
                     return
-                measured[which] = run.throughput
-            self._baseline_measured(measured["base"])
-            candidate.throughputs.append(measured["candidate"])
-            ratios.append(measured["candidate"] / measured["base"])
+                measured[which] = run
+            base, ran = measured["base"], measured["candidate"]
+            self._baseline_measured(base)
+            candidate.throughputs.append(ran.throughput or 0.0)
+            candidate.add_run(ran)
+            mine.append(ran.throughput or 0.0)
+            beside.append(base.throughput or 0.0)
+            ratios.append(mine[-1] / beside[-1])
         interval = ratio_interval(ratios, baseline.noise_floor, len(baseline.throughputs))
         if interval is not None:
             candidate.speedup, candidate.speedup_low, candidate.speedup_high = (interval.estimate, interval.low,
                                                                                 interval.high)
-        candidate.rounds = len(ratios)
-        candidate.throughput = statistics.median(candidate.throughputs)
+        candidate.paired_throughput, candidate.paired_baseline = geometric_mean(mine), geometric_mean(beside)
+        candidate.rounds = candidate.pairs = len(ratios)
         self.log.append(candidate)
         self.log.append(baseline)
 
     def out_of_time(self) -> bool:
         return self.budget_s is not None and self.clock() - self._started > self.budget_s
+
+
+def _first_run(result: TrialResult) -> None:
+    """A configuration's first run: its throughput the first of its list, its figures the first of its runs."""
+    result.throughputs = [result.throughput or 0.0]
+    result.runs, result.shown_run = [result.timed()], 1
 
 
 def named(knobs: dict[str, Any]) -> Trial:

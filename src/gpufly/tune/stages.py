@@ -2,8 +2,8 @@
 
 `gpufly tune recsys` and benchmarks/tune_speedups.py both run these stages through the tuner's one
 ``Search`` (``StagePlan``). Each stage is a real trial of the built-in ``recsys`` workload through the same
-worker as any tuner trial (its own process, a timeout, the median per-step throughput, the same training
-samples), so the table measures the pipeline a user would run, not a special benchmark loop. The stages are
+worker as any tuner trial (its own process, a timeout, the throughput over the measured steps, the same
+training samples), so the table measures the pipeline a user would run, not a special benchmark loop. The stages are
 cumulative: each adds its knobs to the last stage kept, so a change that costs accuracy (a bigger batch whose
 learning rate is off), or one that makes the pipeline slower beyond the noise (a loader worker competing with the
 compute on a small CPU), is shown, marked "not built on" and not carried into the stages after it. Where two seeds
@@ -11,13 +11,15 @@ of the baseline end too far apart to judge accuracy, every stage's verdict is ``
 
 The yardstick is a reference row: the loop a competent PyTorch engineer writes by hand
 (``gpufly.tune.workloads.recsys_reference``), run by the same worker, never carried into a stage and never a
-candidate for the best stage. After the stages it runs in rounds beside the fastest safe stage and the fastest
-safe stage at its own batch, and ``CaseStudy.comparisons`` hold each one's throughput over the reference's, with
-the 95% interval of the rounds' ratios.
+candidate for the best stage. After the stages it runs in rounds beside the baseline (its row's speedup is the
+geometric mean of its ratios to the baseline run in each round, with their 95% interval, as a confirmed stage's),
+the fastest safe stage and the fastest safe stage at its own batch, and ``CaseStudy.comparisons`` hold each one's
+throughput over the reference's, with the 95% interval of the rounds' ratios.
 
 How close a stage comes to the machine is its share of the memory-bandwidth limit: the bytes a sample must move
 (``Traffic``: its embedding rows read and updated, its inputs, its share of the MLP's update) against the
-machine's measured copy bandwidth (gpufly bench's memory.copy; ``benchmarks/tune_speedups.py`` measures it).
+machine's measured copy bandwidth (gpufly bench's memory.copy, the median of several copies with its interval;
+``benchmarks/tune_speedups.py`` measures it too).
 
 Cost-performance is samples per dollar: the throughput over an hour divided by the machine's price
 per hour, given, or on a GPU the catalog prices, its launch price spread over three years of hours.
@@ -27,11 +29,10 @@ Torch-free at import: the trials import torch in their own processes.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpufly.tune.noise import Interval, ratio_interval
+from gpufly.tune.noise import Interval, geometric_mean, ratio_interval
 from gpufly.tune.search import CONFIRM_ROUNDS, Search, Stage, StagePlan
 from gpufly.tune.trial import Trial, TrialResult
 from gpufly.tune.verdict import decide, judge
@@ -89,12 +90,13 @@ REFERENCE_BATCH = 256
 
 @dataclass
 class CaseStudy:
-    """The stages (a ``StagePlan``), then the reference row in ``rounds`` rounds beside the stage the decision names
-    (else the fastest safe stage) and the fastest safe stage at the reference's own batch (the like-for-like one,
-    when it is another), the order rotated every round so that none always runs first. The reference row is
-    measured through the search's runner, never through ``Search.measure``: it carries ``rounds`` 0, so the search's
-    confirmation and its decision never take the yardstick for a stage. ``comparisons`` are set when the rounds ran
-    (not on a resume that finds the reference's row done)."""
+    """The stages (a ``StagePlan``), then the reference row in ``rounds`` rounds beside the baseline, the stage the
+    decision names (else the fastest safe stage) and the fastest safe stage at the reference's own batch (the
+    like-for-like one, when it is another), the order rotated every round so that none always runs first. The
+    reference row is measured through the search's runner, never through ``Search.measure``: it carries ``rounds``
+    0 (its pairs with the baseline are in ``pairs``), so the search's confirmation and its decision never take the
+    yardstick for a stage. ``comparisons`` are set when the rounds ran (not on a resume that finds the reference's
+    row done)."""
 
     plan: StagePlan
     reference: Stage = REFERENCE
@@ -125,39 +127,57 @@ class CaseStudy:
         self._rounds(search, trial, list({c.name: c for c in candidates}.values()), baseline)
 
     def _rounds(self, search: Search, trial: Trial, candidates: list[TrialResult], baseline: TrialResult) -> None:
-        """The reference and the candidates, ``rounds`` times; the reference's row keeps its first run's accuracy."""
-        lineup = [trial, *(Trial(c.name, c.knobs) for c in candidates)]
-        first: TrialResult | None = None
-        references: list[float] = []
+        """The reference, the baseline and the candidates, ``rounds`` times, the order rotated each round. Each round's
+        baseline run is one more baseline run for the search (``Search.baseline_ran``) and the reference's pair: the
+        reference's speedup is the geometric mean of its ratios to the baseline beside it, with their interval, as a
+        confirmed stage's is. The row keeps its first run's accuracy, and shows its median run's timed figures."""
+        lineup = [trial, Trial(baseline.name, baseline.knobs), *(Trial(c.name, c.knobs) for c in candidates)]
+        runs: list[TrialResult] = []
+        pairs: list[tuple[float, float]] = []
         ratios: dict[str, list[float]] = {c.name: [] for c in candidates}
         for number in range(self.rounds):
             shift = number % len(lineup)
-            measured = {t.name: search.runner(t) for t in lineup[shift:] + lineup[:shift]}
-            ref = measured[trial.name]
-            first = first or ref
+            order = list(range(len(lineup)))[shift:] + list(range(len(lineup)))[:shift]
+            measured = {index: search.runner(lineup[index]) for index in order}
+            ref, base = measured[0], measured[1]
+            search.baseline_ran(base)
+            runs.append(ref)
             if not ref.usable or not ref.throughput:
                 break
-            references.append(ref.throughput)
-            for name, run in measured.items():
-                if name != trial.name and run.usable and run.throughput:
-                    ratios[name].append(run.throughput / ref.throughput)
-        assert first is not None  # rounds >= 1
-        self._finish(search, judge(first, baseline, search.tolerance, search.metric_tolerance), references)
+            if base.usable and base.throughput:
+                pairs.append((ref.throughput, base.throughput))
+            for index, run in measured.items():
+                if index > 1 and run.usable and run.throughput:
+                    ratios[lineup[index].name].append(run.throughput / ref.throughput)
+        result = judge(runs[0], baseline, search.tolerance, search.metric_tolerance)  # rounds >= 1
+        self._finish(search, result, [r for r in runs if r.usable and r.throughput], pairs)
         for name, values in ratios.items():
             interval = ratio_interval(values, None)
             if interval is not None:
                 self.comparisons.append(Comparison(name, interval, len(values)))
 
-    def _finish(self, search: Search, result: TrialResult, throughputs: list[float]) -> None:
-        """The reference's row: the median of its runs, its speedup over the baseline's median, no rounds."""
+    @staticmethod
+    def _finish(search: Search, result: TrialResult, runs: list[TrialResult],
+                pairs: list[tuple[float, float]]) -> None:
+        """The reference's row: its median run's timed figures, its speedup over the baseline beside it with the
+        interval of the pairs' ratios; no rounds (it is never a candidate)."""
+        result.rounds, result.throughputs = 0, [r.throughput or 0.0 for r in runs]
+        result.runs = [r.timed() for r in runs]
+        result.show_median_run()
         baseline = search.baseline
-        result.rounds, result.throughputs = 0, throughputs
-        if throughputs:
-            result.throughput = statistics.median(throughputs)
-            if baseline is not None and baseline.throughput:
-                result.speedup = result.throughput / baseline.throughput
+        if pairs:
+            mine, beside = [p[0] for p in pairs], [p[1] for p in pairs]
+            floor = None if baseline is None else baseline.noise_floor
+            interval = ratio_interval([a / b for a, b in pairs], floor,
+                                      0 if baseline is None else len(baseline.throughputs))
+            result.paired_throughput, result.paired_baseline = geometric_mean(mine), geometric_mean(beside)
+            result.pairs = len(pairs)
+            if result.paired_throughput and result.paired_baseline:
+                result.speedup = result.paired_throughput / result.paired_baseline
+            if interval is not None:
+                result.speedup_low, result.speedup_high = interval.low, interval.high
         search.log.append(result)
-        self._record(search, result)
+        CaseStudy._record(search, result)
 
     @staticmethod
     def _record(search: Search, result: TrialResult) -> None:
@@ -220,10 +240,17 @@ class Traffic:
 
 @dataclass(frozen=True)
 class Limit:
-    """The memory-bandwidth limit: the throughput at which a stage's bytes would fill the measured bandwidth."""
+    """The memory-bandwidth limit: the throughput at which a stage's bytes would fill the measured bandwidth, the
+    median of several copies, with the interval of that median (``bandwidth_interval``, bytes/s) when measured."""
 
     bandwidth_bytes_per_s: float
     traffic: Traffic = Traffic()
+    bandwidth_interval: tuple[float, float] | None = None
+    """The measured bandwidth's interval (low, high), as gpufly bench times a median (order statistics)."""
+    interval_level: float | None = None
+    """The interval's confidence (0.978 for 10 copies)."""
+    copies: int | None = None
+    """How many timed copies the median is of."""
 
     def samples_per_s(self, batch_size: int) -> float:
         return self.bandwidth_bytes_per_s / self.traffic.bytes_per_sample(batch_size)
@@ -238,14 +265,34 @@ class Limit:
             return None
         return throughput / self.samples_per_s(batch_size)
 
+    def share_interval(self, throughput: float | None, batch_size: int | None) -> tuple[float, float] | None:
+        """The share at the high and at the low end of the bandwidth's interval (the bandwidth's uncertainty alone).
+
+        >>> [round(x, 3) for x in Limit(1e9, bandwidth_interval=(0.8e9, 1.25e9)).share_interval(10_000, 256)]
+        [0.152, 0.238]
+        """
+        if self.bandwidth_interval is None or throughput is None or not batch_size:
+            return None
+        low, high = self.bandwidth_interval
+        per_sample = self.traffic.bytes_per_sample(batch_size)
+        return throughput * per_sample / high, throughput * per_sample / low
+
+    def to_dict(self) -> dict[str, Any]:
+        """The bandwidth behind the limit column, with its interval, as ``--json`` gives it."""
+        return {"bytes_per_s": self.bandwidth_bytes_per_s,
+                "interval": None if self.bandwidth_interval is None else list(self.bandwidth_interval),
+                "level": self.interval_level, "copies": self.copies}
+
 
 def with_limit(rows: list[dict[str, Any]], limit: Limit | None) -> list[dict[str, Any]]:
     """The case study's rows with ``bytes_per_sample`` and ``limit_share`` added (None without a bandwidth)."""
     out = []
     for row in rows:
         batch = row.get("batch_size") or 256
+        interval = None if limit is None else limit.share_interval(row.get("throughput"), batch)
         out.append({**row, "bytes_per_sample": None if limit is None else limit.traffic.bytes_per_sample(batch),
-                    "limit_share": None if limit is None else limit.share(row.get("throughput"), batch)})
+                    "limit_share": None if limit is None else limit.share(row.get("throughput"), batch),
+                    "limit_share_interval": None if interval is None else list(interval)})
     return out
 
 

@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from types import FrameType
 from typing import Any
 
@@ -55,6 +55,43 @@ class Trial:
         return json.dumps(self.knobs if not self.seed else {"knobs": self.knobs, "seed": self.seed}, sort_keys=True)
 
 
+TIMED = ("throughput", "median_step_throughput", "seconds", "data_wait_share", "peak_memory_bytes", "energy_j",
+         "joules_per_unit", "energy_note")
+"""The figures one run of a configuration measured about its speed and cost: a row shows all of them from one run
+(``TrialResult.show_median_run``), never one figure from one run and another from the next."""
+
+
+@dataclass
+class RunFigures:
+    """One run's timed figures (``TIMED``), kept for each run of a configuration measured more than once."""
+
+    throughput: float | None = None
+    median_step_throughput: float | None = None
+    seconds: float = 0.0
+    data_wait_share: float | None = None
+    peak_memory_bytes: int | None = None
+    energy_j: float | None = None
+    joules_per_unit: float | None = None
+    energy_note: str | None = None
+
+
+def clip(text: str, chars: int) -> str:
+    """``text`` cut to at most ``chars`` characters at a word boundary, with an ellipsis when cut (a single word
+    longer than that is cut where it must be).
+
+    >>> clip("the workload sets its own seed, so no seed drift is known", 30)
+    'the workload sets its own…'
+    >>> clip("short", 30), clip("abcdefghij", 5)
+    ('short', 'abcd…')
+    """
+    if len(text) <= chars:
+        return text
+    room = text[:chars - 1]
+    space = room.rfind(" ")
+    cut = room[:space] if space > 0 else room
+    return cut.rstrip(" ,;:-+") + "…"
+
+
 @dataclass
 class TrialResult:
     """What one trial measured, and the verdict the search gave it against the baseline."""
@@ -64,8 +101,9 @@ class TrialResult:
     status: str
     """ok, unsafe, oom, failed or timeout."""
     throughput: float | None = None
-    """Units over the wall time of the measured steps, stalls included; after A/B rounds, the median of the
-    configuration's runs (``throughputs``)."""
+    """Units over the wall time of the measured steps, stalls included. A configuration run more than once (the
+    baseline, a candidate after its A/B rounds, the reference) shows its median run: this and every other timed
+    figure (``TIMED``) come from that one run (``shown_run``)."""
     unit: str = "samples"
     peak_memory_bytes: int | None = None
     data_wait_share: float | None = None
@@ -127,6 +165,22 @@ class TrialResult:
     dropped: str | None = None
     """On a stage of a staged plan: why the stages after it do not build on it (unsafe, or slower than the stage
     it built on beyond the noise); None for a stage kept in the cumulative chain."""
+    runs: list[RunFigures] = field(default_factory=list)
+    """The timed figures of each run of this configuration with its own seed, in order (the baseline's second seed
+    is a row of its own): the row shows the median one's."""
+    shown_run: int | None = None
+    """Which of ``runs`` (from 1) the row's timed figures come from: the median run by throughput, the lower middle
+    one of an even count."""
+    paired_throughput: float | None = None
+    paired_baseline: float | None = None
+    """What the speedup is the ratio of: this configuration's throughput and the baseline's measured beside it (for
+    one run of the search, the baseline interpolated between its runs just before and just after; after A/B rounds,
+    the geometric means of the paired runs, whose ratio is the geometric mean of the per-pair ratios)."""
+    pairs: int = 0
+    """How many paired runs ``paired_throughput`` and ``paired_baseline`` hold (``rounds`` for a trial of the plan;
+    the reference row's rounds beside the baseline)."""
+    unsafe_because: str | None = None
+    """On an unsafe trial: the measure that decided it and how far it moved (``metric dropped 27.5%``)."""
 
     @property
     def usable(self) -> bool:
@@ -145,6 +199,37 @@ class TrialResult:
         if self.role != "trial":
             return self.role
         return "unjudged" if self.unjudged else "safe"
+
+    def timed(self) -> RunFigures:
+        """This result's timed figures, as one run's."""
+        return RunFigures(**{name: getattr(self, name) for name in TIMED})
+
+    def add_run(self, run: TrialResult) -> None:
+        """One more run of this configuration: kept with the others, and the row's timed figures become the median
+        run's (all of them from that one run)."""
+        if not self.runs:
+            self.runs.append(self.timed())
+        self.runs.append(run.timed())
+        self.show_median_run()
+
+    def show_median_run(self) -> None:
+        """Set every timed figure (``TIMED``) from the median run by throughput: the lower middle one of an even
+        count, so the row shows what one run measured, never a median no run produced.
+
+        >>> r = TrialResult("b", {}, "ok", throughput=30.0, median_step_throughput=31.0)
+        >>> for t in (10.0, 20.0, 40.0):
+        ...     r.add_run(TrialResult("b", {}, "ok", throughput=t, median_step_throughput=t + 1))
+        >>> r.throughput, r.median_step_throughput, r.shown_run
+        (20.0, 21.0, 3)
+        """
+        measured = [i for i, run in enumerate(self.runs) if run.throughput is not None]
+        if not measured:
+            return
+        ordered = sorted(measured, key=lambda i: self.runs[i].throughput or 0.0)
+        index = ordered[(len(ordered) - 1) // 2]
+        for name in TIMED:
+            setattr(self, name, getattr(self.runs[index], name))
+        self.shown_run = index + 1
 
     def samples_per_dollar(self, price_per_hour: float | None) -> float | None:
         """Units one dollar of machine time buys at this trial's throughput: an hour's units over the hour's price.
@@ -172,7 +257,9 @@ class TrialResult:
                "joules_per_unit": self.joules_per_unit, "energy_note": self.energy_note,
                "energy_cost_per_million": energy_cost_per_million(self.joules_per_unit, price_per_kwh),
                "time_cost_per_million": time_cost_per_million(self.throughput, price_per_hour),
-               "verdict": self.verdict, "unjudged": self.unjudged}
+               "verdict": self.verdict, "unjudged": self.unjudged, "unsafe_because": self.unsafe_because,
+               "paired_throughput": self.paired_throughput, "paired_baseline": self.paired_baseline,
+               "pairs": self.pairs, "runs": [asdict(run) for run in self.runs], "shown_run": self.shown_run}
         if self.stage is not None:
             row = {"stage": self.stage, **row, "kept": self.dropped is None, "dropped": self.dropped,
                    "held_out_loss": self.eval_metric,
@@ -375,11 +462,11 @@ def outcome(trial: Trial, returncode: int, stdout: str, stderr: str, seconds: fl
             data = json.loads(lines[-1])
         except json.JSONDecodeError:  # the workload printed a line of its own that starts with "{"
             return TrialResult(trial.name, trial.knobs, "failed", seconds=seconds,
-                               error=f"the trial's last line is not a result: {lines[-1][:80]}")
+                               error=f"the trial's last line is not a result: {clip(lines[-1], 80)}")
         measured = {key: data[key] for key in MEASURED if data.get(key) is not None}
         return TrialResult(trial.name, trial.knobs, "ok", seconds=seconds, seed=trial.seed, **measured)
     status = "oom" if "out of memory" in stderr.lower() else "failed"
-    return TrialResult(trial.name, trial.knobs, status, error=error_line(stderr)[:300], seconds=seconds,
+    return TrialResult(trial.name, trial.knobs, status, error=clip(error_line(stderr), 300), seconds=seconds,
                        seed=trial.seed)
 
 

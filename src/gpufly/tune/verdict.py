@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from gpufly.i18n import gettext as _
 from gpufly.tune.trial import TrialResult
 
 DRIFT_TOLERANCE = 0.02
@@ -94,10 +95,14 @@ def judge(result: TrialResult, baseline: TrialResult | None, tolerance: float = 
                    and judgeable(baseline.seed_metric_drift, metric_tolerance))
         if drifted or dropped:
             result.status = "unsafe"
+            result.unsafe_because = ", ".join(
+                ([_("metric dropped {drop:.1%}").format(drop=result.metric_drop)] if dropped else [])
+                + ([_("probe loss drifted {drift:.1%}").format(drift=result.loss_drift)] if drifted else []))
         else:
             result.unjudged = seeds_apart(baseline)
     if result.throughput and baseline.throughput:
         result.speedup = result.throughput / baseline.throughput
+        result.paired_throughput, result.paired_baseline = result.throughput, baseline.throughput
     return result
 
 
@@ -153,10 +158,26 @@ def decide(results: Iterable[TrialResult], min_gain: float = MIN_GAIN) -> Decisi
         return Decision("undecided", None, "the baseline ran once: no noise floor to judge a speedup against")
     if floor > MAX_NOISE_FLOOR:
         return Decision("too noisy", None,
-                        f"the baseline's throughput varied {floor:.1%} from run to run over {len(baseline.throughputs)}"
-                        f" runs (limit {MAX_NOISE_FLOOR:.0%}): the machine is too noisy to tell a gain from the noise;"
-                        " stop the other work on it, or tune on a quiet machine")
+                        _("the baseline's throughput varied {spread}: a noise floor (standard deviation of the log "
+                          "throughput) of {floor:.1%}, over the {limit:.0%} limit; the machine is too noisy to tell a "
+                          "gain from the noise: stop the other work on it, or tune on a quiet machine").format(
+                              spread=spread_text(baseline), floor=floor, limit=MAX_NOISE_FLOOR))
     return _confirmed(results, baseline, min_gain)
+
+
+def spread_text(baseline: TrialResult) -> str:
+    """How far apart the baseline's runs were, in figures a reader can check: the lowest and highest throughput
+    and their ratio.
+
+    >>> spread_text(TrialResult("b", {}, "ok", throughputs=[4786.0, 33000.0, 33677.0, 4043.0]))
+    'from 4,043 to 33,677 samples/s over 4 runs (8.33x apart)'
+    """
+    runs = [t for t in baseline.throughputs if t > 0]
+    if not runs:
+        return _("over no measured run")
+    low, high = min(runs), max(runs)
+    return _("from {low:,.0f} to {high:,.0f} {unit}/s over {count} runs ({ratio:.2f}x apart)").format(
+        low=low, high=high, unit=baseline.unit, count=len(runs), ratio=high / low)
 
 
 def seeds_apart(baseline: TrialResult) -> str | None:
@@ -184,10 +205,10 @@ def accuracy_unjudgeable(baseline: TrialResult) -> str | None:
     measures = [("probe loss", baseline.seed_loss_drift, DRIFT_TOLERANCE, baseline.eval_loss),
                 ("metric", baseline.seed_metric_drift, METRIC_TOLERANCE, baseline.eval_metric)]
     present = [m for m in measures if m[3] is not None]
-    if not present or any(judgeable(drift, tolerance) for _, drift, tolerance, _ in present):
+    if not present or any(judgeable(drift, tolerance) for _what, drift, tolerance, _value in present):
         return None
     moved = "; ".join(f"{what} {drift:.1%} (needs {tolerance / SEED_MARGIN:.1%} or less)"
-                      for what, drift, tolerance, _ in present if drift is not None)
+                      for what, drift, tolerance, _value in present if drift is not None)
     return (f"too few steps to judge accuracy: two seeds of the baseline end apart by {moved}; give --steps "
             "more, or give the workload an evaluate() metric that settles sooner")
 

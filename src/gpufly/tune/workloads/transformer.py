@@ -26,6 +26,9 @@ class Tokens(torch.utils.data.Dataset):
 
 
 class GPT(nn.Module):
+    mask: torch.Tensor
+    """The causal mask, a buffer (so it moves with the model)."""
+
     def __init__(self, vocab: int = 512, dim: int = 128, layers: int = 2, heads: int = 4, length: int = 128) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
