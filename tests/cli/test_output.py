@@ -24,7 +24,7 @@ RECORDING = str(Path(__file__).parent.parent / "fixtures" / "monitor" / "two_gpu
 PRINTING = [
     ["gpus"],
     ["gpus", "--json"],
-    ["fit", "llama-3.1-8b", "--gpu", "4090", "--json"],
+    ["fit", "llama-3.1-8b", "--gpu", "rtx-4090", "--json"],
 ]
 """Commands that print without hardware, in the default run: a table, JSON, and the advisor."""
 PRINTING_EVERYWHERE = [
@@ -32,8 +32,8 @@ PRINTING_EVERYWHERE = [
     ["fit", "--help"],
     ["--version"],
     ["models"],
-    ["gpus", "show", "4090"],
-    ["fit", "llama-3.1-8b", "--gpu", "4090"],
+    ["gpus", "show", "rtx-4090"],
+    ["fit", "llama-3.1-8b", "--gpu", "rtx-4090"],
     ["recommend", "llama-3.1-8b", "--top", "3"],
     ["doctor", "--json"],
     ["install", "torch"],
