@@ -38,8 +38,9 @@ def test_cpu_results_and_other_cards_are_refused(catalog) -> None:
     cpu = BenchRun.from_dict(json.loads(FIXTURE.read_text()))
     with pytest.raises(GpuflyError, match="measured on a CPU"):
         calibrated_gpu(catalog.get("4090"), cpu)
-    with pytest.raises(GpuflyError, match="not the H100 SXM"):
+    with pytest.raises(GpuflyError, match="not the H100 SXM") as raised:
         calibrated_gpu(catalog.get("h100 sxm"), BenchRun.from_dict(gpu_run(1e14, 9e11)))
+    assert "--gpu rtx-4090 predicts for the card measured" in (raised.value.hint or ""), "right with or without --gpu"
 
 
 def test_fit_predicts_from_the_measured_card(cli, tmp_path) -> None:

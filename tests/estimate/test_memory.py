@@ -459,3 +459,14 @@ def test_a_long_prompt_says_what_an_older_transformers_would_add(llama8b: ModelS
     assert any("4.45" in note and f"{size:.1f} GiB" in note for note in notes)
     assert not any("4.45" in note for note in inference_memory(llama8b, Job(context=512)).notes)
     assert not any("4.45" in note for note in inference_memory(llama8b, Job(context=32768, engine="vllm")).notes)
+
+
+def test_a_model_without_a_sequence_says_no_context_in_its_activations() -> None:
+    """A CNN's activations are per sample: "micro-batch 32 x 4,096" named a sequence it does not have."""
+    from gpufly.estimate.job import Job
+    from gpufly.estimate.memory import training_memory
+    from gpufly.models.resolve import load_model
+
+    item = next(i for i in training_memory(load_model("resnet-50"), Job(task="full", batch=32)).items
+                if i.name == "activations")
+    assert item.note.startswith("micro-batch 32: ") and " x " not in item.note.split(":")[0]

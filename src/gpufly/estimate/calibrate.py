@@ -40,7 +40,8 @@ def calibrated_gpu(gpu: GpuSpec, run: BenchRun) -> tuple[GpuSpec, list[str]]:
                           "gpufly bench --device cuda:0 --save results.json")
     if run.device.catalog_id and run.device.catalog_id != gpu.id:
         raise GpuflyError(f"the bench results are for the {run.device.name}, not the {gpu.name}",
-                          hint="leave out --gpu, or pass results measured on that card")
+                          hint=f"--gpu {run.device.catalog_id} predicts for the card measured; for the {gpu.name}, "
+                               "pass results measured on it")
     changes: dict[str, Any] = {}
     notes: list[str] = []
     gemm_share = typical_gemm_share(gpu)

@@ -721,8 +721,10 @@ def training_memory(spec: ModelSpec, job: Job) -> MemoryBreakdown:
     if tp > 1:
         activations //= tp
         how += _("; / {tp}: tensor parallel with sequence parallelism (Korthikanti et al. 2022)").format(tp=tp)
-    items.append(MemoryItem("activations", activations, _("micro-batch {batch} x {context}: {how}").format(
-        batch=job.batch, context=f"{job.context:,}", how=how)))
+    shape = (_("micro-batch {batch} x {context}: {how}") if spec.is_transformer else
+             _("micro-batch {batch}: {how}"))  # a CNN or MLP has no sequence: --ctx means nothing to it
+    items.append(MemoryItem("activations", activations, shape.format(batch=job.batch, context=f"{job.context:,}",
+                                                                     how=how)))
     share = SHARDED_ALLOCATOR_SHARE if job.world > 1 else ALLOCATOR_FRAGMENTATION
     fragmentation = round(sum(item.bytes for item in items) * share)
     items.append(MemoryItem("allocator", fragmentation, (
