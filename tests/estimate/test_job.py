@@ -428,3 +428,10 @@ def test_a_changed_checkpointing_names_the_option_that_sets_it(llama) -> None:
     assert job.with_(checkpointing=False).checkpointing_reason.startswith("checkpointing off, the full recipe's")
     assert "checkpointing_option" not in job.to_dict()
     assert job == Job.from_options(llama, task="full", checkpointing=True).with_(selective=True)
+
+
+def test_a_link_on_one_gpu_is_noted_and_a_misspelt_one_still_refused(llama) -> None:
+    assert _notes(llama, link="nvlink") == ["--link nvlink joins GPUs; one GPU does not use it (ignored)"]
+    assert _notes(llama, link="pcie", gpus=2) == []
+    with pytest.raises(GpuflyError):
+        Job.from_options(llama, link="nvlnk")

@@ -228,7 +228,7 @@ class Job:
             engine = None  # training is modelled as PyTorch runs it, whatever inference engine was named
         unused += _unused_scale_options(task, nodes=nodes, internode=internode, nics=nics,
                                         pipeline_parallel=pipeline_parallel, microbatches=microbatches,
-                                        global_batch=global_batch)
+                                        global_batch=global_batch, gpus=gpus, link=link)
         if _microbatches_unused(task, pipeline_parallel, microbatches, global_batch):
             microbatches = None  # said to be ignored: a step without a pipeline is one micro-batch per GPU
         link = link_kind(link) if link is not None else ""
@@ -682,9 +682,12 @@ def _unused_training_options(task: str, *, precision: str | None, checkpointing_
 
 
 def _unused_scale_options(task: str, *, nodes: int, internode: str | None, nics: int | None,
-                          pipeline_parallel: int, microbatches: int | None, global_batch: int | None) -> list[str]:
-    """A sentence for each option of a multi-node job that this job does not use."""
+                          pipeline_parallel: int, microbatches: int | None, global_batch: int | None,
+                          gpus: int = 1, link: str | None = None) -> list[str]:
+    """A sentence for each option of a multi-GPU or multi-node job that this job does not use."""
     unused = []
+    if gpus == 1 and nodes == 1 and link is not None:
+        unused.append(_("--link {link} joins GPUs; one GPU does not use it (ignored)").format(link=link))
     if nodes == 1:
         if internode is not None:
             unused.append(_("--internode {link} joins nodes; one node does not use it (ignored)").format(
