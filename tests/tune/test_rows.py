@@ -106,6 +106,9 @@ def test_text_json_and_page_show_one_run_per_row_the_ratio_behind_each_speedup_a
     low, high = min(runs), max(runs)
     assert f"noise: the baseline ran {len(runs)} times through the run: {low:,.0f}-{high:,.0f} samples/s" in out
     assert "noise floor (standard deviation of the log throughput)" in out and "its median run" in out
+    seed_zero = [r for r in machine.results if r.name == "baseline"]
+    assert len(runs) > len(seed_zero), "the second seed's run is among the baseline's"
+    assert f"(the other {len(runs) - len(seed_zero)} with seed 1, the seed-drift check)" in out, out
     document = json.loads(cli("tune", "cnn", "--results", str(results), "--resume", "--json").stdout)
     rows = {r["configuration"]: r for r in document["trials"]}
     base = rows["baseline"]

@@ -443,6 +443,9 @@ def _conclude(decision: Any, best: Any, evidence: dict[str, Any], results: Path,
         if noise.get("shown_run") and (noise.get("own_seed_runs") or 0) > 1:
             shown = _("; its row shows one run's figures: its median run, run {run} of its {count} runs with seed "
                       "0").format(run=noise["shown_run"], count=noise["own_seed_runs"])
+            other = (noise.get("baseline_runs") or 0) - noise["own_seed_runs"]
+            if other > 0:
+                shown += _(" (the other {other} with seed 1, the seed-drift check)").format(other=other)
         out.print(f"noise: {spread}{shown}", markup=False)
     if accuracy is not None:
         out.print(f"accuracy: {accuracy_text(accuracy)}", markup=False)
