@@ -105,6 +105,13 @@ class GpuSpec:
         object.__setattr__(self, "derived", _derive(self))
 
     @property
+    def lacks_bf16_tensor_cores(self) -> bool:
+        """An NVIDIA GPU older than Ampere (compute capability under 8.0: Volta, Turing) with no bf16 rate given: bf16
+        tensor cores arrived with Ampere (A100 whitepaper), so its bf16 matmuls run on the CUDA cores."""
+        cc = self.compute_capability_tuple
+        return self.vendor == "nvidia" and self.bf16_tensor_tflops is None and cc is not None and cc < (8, 0)
+
+    @property
     def has_tensor_cores(self) -> bool:
         """True where the vendor gives a tensor (matrix-core) rate, or the GPU is NVIDIA Volta or
         newer (compute capability 7.0+), which all have tensor cores but the GTX 16 series (TU116/TU117)."""

@@ -492,8 +492,8 @@ def recommend(model: ModelSpec, job: Job, catalog: Iterable[GpuSpec], budget_usd
         raise GpuflyError(f"--max-gpus must be at least 1, got {max_gpus}",
                           hint=f"e.g. --max-gpus 8 (counts tried: {', '.join(map(str, GPU_COUNTS))})")
     check_nodes(job)
-    context_note(model, job)  # a refusal of the job itself is the user's to hear, not one GPU's to skip
-    check_request(model, job)
+    check_request(model, job)  # a refusal of the job itself is the user's to hear, not one GPU's to skip
+    context_note(model, job)
     picks: list[Pick] = []
     for gpu in catalog:
         for count in (c for c in GPU_COUNTS if c <= max_gpus):

@@ -70,9 +70,8 @@ def check_derived_context(model: ModelSpec, job: Job) -> None:
 def context_note(model: ModelSpec, job: Job) -> str | None:
     """None when the context is within the model's maximum; a warning when it is beyond it and the config declares
     RoPE scaling (the run goes on, quality past the trained length is the scaling's); else a GpuflyError, as the
-    model's position embeddings or RoPE tables end there. vLLM and SGLang refuse past their derived maximum
-    (check_derived_context)."""
-    check_derived_context(model, job)
+    model's position embeddings or RoPE tables end there. vLLM's and SGLang's refusal past their derived maximum is
+    check_derived_context's, in check_request, which the callers run first."""
     limit = model.max_context
     if limit is None or job.context <= limit:
         return None
@@ -210,8 +209,7 @@ def bf16_note(gpu: GpuSpec, job: Job) -> str | None:
 def _bf16_training_note(gpu: GpuSpec, job: Job) -> str | None:
     """Training on an NVIDIA GPU without bf16 tensor cores: the mixed recipe is counted as fp16 autocast (what runs
     there: the Trainer and accelerate refuse bf16 on it), pure bf16 at the FP32 rate; either way the reader hears it."""
-    if not job.mixed_precision or gpu.vendor != "nvidia" or gpu.bf16_tensor_tflops is not None or (
-            gpu.compute_capability is None or parse_compute_capability(gpu.compute_capability) >= (8, 0)):
+    if not job.mixed_precision or not gpu.lacks_bf16_tensor_cores:
         return None
     if job.master_weights:
         return _("the {gpu} (compute capability {cc}) has no bf16 tensor cores: mixed precision is counted as fp16 "

@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gpufly.catalog.spec import GpuSpec, parse_compute_capability
+from gpufly.catalog.spec import GpuSpec
 from gpufly.errors import GpuflyError
 from gpufly.estimate.engines import (
     ELEMENTWISE_BANDWIDTH_EFFICIENCY,
@@ -100,7 +100,7 @@ def peak_flops(gpu: GpuSpec, dtype: str, fp16_accumulate: bool = False) -> float
     their (catalogued) FP32-accumulate rate. bf16 on an NVIDIA GPU older than Ampere (compute capability under 8.0:
     Volta, Turing) runs at the FP32 rate: bf16 tensor cores arrived with Ampere (A100 whitepaper), and cuBLAS
     computes a bf16 GEMM there on the CUDA cores, not at the card's FP16 tensor rate."""
-    if dtype == "bf16" and gpu.bf16_tensor_tflops is None and _before_ampere(gpu):
+    if dtype == "bf16" and gpu.lacks_bf16_tensor_cores:
         return gpu.fp32_tflops * 1e12 if gpu.fp32_tflops else None
     for name in _RATE_FIELDS[dtype]:
         rate = getattr(gpu, name)
@@ -111,12 +111,6 @@ def peak_flops(gpu: GpuSpec, dtype: str, fp16_accumulate: bool = False) -> float
         rates = [gpu.fp32_tflops or 0.0, *([gpu.fp16_tflops or 0.0] if dtype in ("fp16", "bf16") else [])]
         return max(rates) * 1e12 if max(rates) else None
     return None
-
-
-def _before_ampere(gpu: GpuSpec) -> bool:
-    """An NVIDIA GPU of compute capability under 8.0 (no bf16 tensor cores)."""
-    return (gpu.vendor == "nvidia" and gpu.compute_capability is not None
-            and parse_compute_capability(gpu.compute_capability) < (8, 0))
 
 
 def _bandwidth(gpu: GpuSpec, runtime: Engine, fmt: WeightFormat, gpus: int) -> float:
@@ -542,7 +536,7 @@ def _training_dtype(job: Job, gpu: GpuSpec | None = None) -> str:
     bf16 there; fp16 is what such a run uses). Pure bf16 has no such fallback: it runs at the FP32 rate."""
     if not job.mixed_precision:
         return "tf32"
-    if gpu is not None and job.master_weights and gpu.bf16_tensor_tflops is None and _before_ampere(gpu):
+    if gpu is not None and job.master_weights and gpu.lacks_bf16_tensor_cores:
         return "fp16"
     return "bf16"
 
