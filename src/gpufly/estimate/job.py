@@ -8,11 +8,11 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gpufly.errors import GpuflyError, unknown_choice
+from gpufly.estimate.formats import WeightFormat, kv_bytes, weight_format
 from gpufly.i18n import gettext as _
 
 if TYPE_CHECKING:
     from gpufly.estimate.engines import Engine
-    from gpufly.estimate.formats import WeightFormat
     from gpufly.models.spec import ModelSpec
 
 TASKS = ("infer", "lora", "qlora", "full")
@@ -194,7 +194,6 @@ class Job:
         from gpufly.estimate.comms import internode as resolve_internode
         from gpufly.estimate.comms import link_kind
         from gpufly.estimate.engines import engine as check_engine
-        from gpufly.estimate.formats import kv_bytes, weight_format
         from gpufly.estimate.memory import lora_targets as resolve_targets
 
         given_precision = precision
@@ -513,7 +512,7 @@ def _training_stored_format(spec: ModelSpec, task: str, quant: str | None, notes
                           hint="fully fine-tune the 16-bit original checkpoint, or --task lora to train adapters "
                                "over the quantized base")
     if task == "qlora" and spec.weight_format != "nf4" and given not in (*SIXTEEN_BIT, "nf4"):
-        lora = spec.weight_format is not None and _lora_base_problem(_format(spec.weight_format)) is None
+        lora = spec.weight_format is not None and _lora_base_problem(weight_format(spec.weight_format)) is None
         raise GpuflyError(f"{spec.name} is a quantized checkpoint ({stated}, config.json's quantization_config): "
                           "QLoRA quantizes a 16-bit base to NF4, and transformers loads this one as it is stored",
                           hint=("--task lora trains adapters over its stored layers; or QLoRA the 16-bit original "
@@ -523,13 +522,6 @@ def _training_stored_format(spec: ModelSpec, task: str, quant: str | None, notes
     if spec.weight_format is None:
         raise _unread_quantization(spec)
     return spec.weight_format
-
-
-def _format(quant: str) -> WeightFormat:
-    """formats.weight_format, imported where it is used, as Job.from_options imports it."""
-    from gpufly.estimate.formats import weight_format
-
-    return weight_format(quant)
 
 
 def _lora_base_problem(fmt: WeightFormat) -> str | None:
