@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from types import FrameType
 from typing import Any
 
@@ -55,12 +55,6 @@ class Trial:
         return json.dumps(self.knobs if not self.seed else {"knobs": self.knobs, "seed": self.seed}, sort_keys=True)
 
 
-TIMED = ("throughput", "median_step_throughput", "seconds", "data_wait_share", "peak_memory_bytes", "energy_j",
-         "joules_per_unit", "energy_note")
-"""The figures one run of a configuration measured about its speed and cost: a row shows all of them from one run
-(``TrialResult.show_median_run``), never one figure from one run and another from the next."""
-
-
 @dataclass
 class RunFigures:
     """One run's timed figures (``TIMED``), kept for each run of a configuration measured more than once."""
@@ -73,6 +67,11 @@ class RunFigures:
     energy_j: float | None = None
     joules_per_unit: float | None = None
     energy_note: str | None = None
+
+
+TIMED = tuple(figure.name for figure in fields(RunFigures))
+"""The figures one run of a configuration measured about its speed and cost: a row shows all of them from one run
+(``TrialResult.show_median_run``), never one figure from one run and another from the next."""
 
 
 def clip(text: str, chars: int) -> str:
