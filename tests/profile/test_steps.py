@@ -198,9 +198,12 @@ def test_plain_steps_kept_as_numbers_become_the_same_records_whenever_they_are_r
     assert 20 < len(plain) < 60
     for s in records:
         expected = StepRecord(index=s.index, wall_s=0.25 + 0.125 * (s.index % 3 + 1), data_wait_s=0.25,
-                              batch_size=sizes[s.index], warmup=s.index < 1, detailed=s.detailed, own_s=0.0,
+                              batch_size=sizes[s.index], warmup=s.index < 1, detailed=s.detailed,
+                              own_s=0.0 if s.detailed or s.own_s is not None else None,
                               memory_bytes=s.memory_bytes if s.detailed else None)
         assert s == expected
+    timed = [s.own_s is not None for s in plain]
+    assert any(timed) and not all(timed), "own time timed on a sample of the plain steps, None on the others"
 
 
 def test_the_schedule_is_asked_only_where_the_detail_may_change_and_thins_out_once_enough_were_seen() -> None:
@@ -209,16 +212,19 @@ def test_the_schedule_is_asked_only_where_the_detail_may_change_and_thins_out_on
     sampling = Sampling(first=8, window=4, share=1 / 8, enough=40, later_share=1 / 32)
     schedule = DetailSchedule(sampling, warmup=3)
     flags: list[bool] = []
+    timed: list[bool] = []
     asked_at: list[int] = []
     while len(flags) < 4000:
         asked_at.append(len(flags))
-        detailed, until = schedule.span(len(flags))
+        detailed, until, times_own = schedule.span(len(flags))
         flags.extend([detailed] * (until - len(flags)))
-    flags = flags[:4000]
+        timed.extend([times_own] * (until - len(timed)))
+    flags, timed = flags[:4000], timed[:4000]
     assert flags[:11] == [True] * 11, "the warm-up and the first 8 measured steps"
     runs = [len(list(group)) for detailed, group in itertools.groupby(flags[11:]) if detailed]
     assert all(run % 4 == 0 for run in runs[:-1]), "windows of 4 (two back to back when a gap is 0)"
-    assert len(asked_at) < 2 * len(runs) + 4, "asked once per window and once per gap, not per step"
+    own_runs = sum(1 for own, _ in itertools.groupby(timed) if own)
+    assert len(asked_at) < 3 * len(runs) + 2 * own_runs + 4, "asked where a window or a timed run starts or ends"
     detailed_then = list(itertools.accumulate(flags[11:]))
     enough_at = detailed_then.index(40 - 8) + 11  # where 40 measured steps had been detailed
     early = sum(flags[11:enough_at]) / (enough_at - 11)
@@ -226,6 +232,31 @@ def test_the_schedule_is_asked_only_where_the_detail_may_change_and_thins_out_on
     assert 1 / 16 < early < 1 / 4 and 1 / 64 < late < 1 / 16, (early, late)
     again, other = DetailSchedule(sampling, warmup=3), DetailSchedule(sampling, warmup=3)
     assert [again.span(i) for i in asked_at] == [other.span(i) for i in asked_at], "seeded: the same every run"
+
+
+def test_own_time_is_timed_on_every_detailed_step_the_step_after_each_window_and_runs_of_plain_steps() -> None:
+    """Timing gpufly's own code costs clock readings of its own, so plain steps have it timed in runs (about
+    ``own_share`` of them); the first plain steps are such a run, and the step that closes a window (taking the wrappers
+    out) is always timed, so the cost of closing one is never left out."""
+    from gpufly.profile.sampling import DetailSchedule, Sampling
+
+    sampling = Sampling(first=4, window=4, share=1 / 16, enough=1000, own_window=8, own_share=1 / 8)
+    schedule = DetailSchedule(sampling, warmup=2)
+    flags: list[bool] = []
+    timed: list[bool] = []
+    while len(flags) < 20000:
+        detailed, until, times_own = schedule.span(len(flags))
+        flags.extend([detailed] * (until - len(flags)))
+        timed.extend([times_own] * (until - len(timed)))
+    flags, timed = flags[:20000], timed[:20000]
+    assert all(own for detailed, own in zip(flags, timed, strict=True) if detailed), "every detailed step is timed"
+    after_window = [i for i in range(1, 20000) if flags[i - 1] and not flags[i]]
+    assert after_window and all(timed[i] for i in after_window), "the step that closes a window"
+    assert all(timed[6:6 + 8]), "the first plain steps are a timed run"
+    plain = [own for detailed, own in zip(flags, timed, strict=True) if not detailed]
+    assert 1 / 16 < sum(plain) / len(plain) < 1 / 4, sum(plain) / len(plain)
+    every = DetailSchedule(Sampling(first=4, window=4, share=1 / 16, own_share=1.0), warmup=2)
+    assert all(every.span(i).times_own for i in range(0, 2000, 7)), "own_share=1: every step"
 
 
 def test_memory_is_read_on_each_step_of_the_first_run_then_on_the_last_step_of_each_window() -> None:
@@ -283,3 +314,19 @@ def test_own_time_taken_step_by_step_adds_up_to_the_runs() -> None:
     own.add(0.125)
     assert own.spent_s == 0.875, "what the open step spent counts too"
     assert own.take() == 0.125 and own.take() == 0.0 and own.spent_s == 0.875
+
+
+def test_the_cost_per_step_counts_each_untimed_plain_step_at_the_median_of_the_timed_ones() -> None:
+    """Untimed plain steps (own_s None) cost what the timed steady ones measured; detailed steps and the step after
+    each window count whole; a run with no own time at all has no figure."""
+    from gpufly.profile.records import Overhead
+
+    def step(index: int, own: float | None, detailed: bool = False) -> StepRecord:
+        return StepRecord(index=index, wall_s=1.0, detailed=detailed, own_s=own)
+
+    steps = [step(0, 0.5, detailed=True), step(1, 0.25), step(2, 0.001), step(3, 0.003), step(4, None),
+             step(5, None), step(6, 0.002), step(7, None)]
+    overhead = Overhead.of(steps, hook_calls=9, spent_s=0.756)
+    # touched: steps 0 and 1 (whole: 0.75); steady: 2-7, six steps at the median of 0.001, 0.003, 0.002
+    assert overhead.per_step_s == pytest.approx((0.75 + 6 * 0.002) / 8)
+    assert Overhead.of([step(0, None), step(1, None)], hook_calls=0, spent_s=0.0).per_step_s is None

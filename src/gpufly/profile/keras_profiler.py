@@ -17,6 +17,7 @@ import os
 import platform
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from gpufly import __version__
@@ -33,13 +34,15 @@ PY_FUNCTION_OPS = frozenset({"EagerPyFunc", "PyFunc", "PyFuncStateless"})
 class KerasProfiler(Profiler):
     """A ``gpufly.Profiler`` whose framework is TensorFlow: same steps, rules and report, no torch.
 
-    ``device`` is found from TensorFlow's visible GPUs unless given ("cpu" profiles a CPU run on a GPU host).
+    ``device`` is found from TensorFlow's visible GPUs unless given ("cpu" profiles a CPU run on a GPU host). Its own
+    time is timed on every step: a Keras step's bookkeeping (the batches' fetch, the callback) is timed as one piece,
+    and its clock readings are nothing beside a Keras step.
     """
 
     def __init__(self, warmup: int = 3, nvml_interval: float | None = 0.5, device: str | None = None, *,
                  sampling: Sampling = DEFAULT_SAMPLING, clock: Callable[[], float] = time.perf_counter) -> None:
-        super().__init__(warmup, trace_steps=0, nvml_interval=nvml_interval, device=device, sampling=sampling,
-                         clock=clock)
+        super().__init__(warmup, trace_steps=0, nvml_interval=nvml_interval, device=device,
+                         sampling=replace(sampling, own_share=1.0), clock=clock)
         self.memory = TfMemoryReader()
         self.steps.read_memory = self.memory.read
         self.data.settings.framework = "keras"

@@ -239,16 +239,19 @@ class Overhead:
     """
 
     spent_s: float = field(metadata=SECONDS)
-    """Total time inside gpufly's hooks, wrappers and step bookkeeping, as timed (preemptions included)."""
+    """Total time inside gpufly's hooks, wrappers and step bookkeeping, as timed (preemptions included), on the steps
+    whose own time was timed: ``per_step_s`` counts the others too."""
     steps: int = field(metadata=COUNT)
     hook_calls: int = field(metadata=COUNT)
     """Entries into gpufly's code from the loop (each timed)."""
     detailed_steps: int = field(default=0, metadata=COUNT)
     per_step_s: float | None = field(default=None, metadata=SECONDS)
-    """The cost per step: the median over the steady (not detailed) steps, plus the whole of what the detailed
-    steps and the step after each window (which puts the wrappers back) spent, over all steps. The median keeps
-    a preemption of the process (milliseconds, on a busy machine) that happened to land in gpufly's code from
-    counting as its cost; the detailed steps' costs, rare and uneven, are counted whole."""
+    """The cost per step: the median over the steady (not detailed) steps whose own time was timed, for every steady
+    step, plus the whole of what the detailed steps and the step after each window (which puts the wrappers back)
+    spent, over all steps. The median keeps a preemption of the process (milliseconds, on a busy machine) that
+    happened to land in gpufly's code from counting as its cost; the detailed steps' costs, rare and uneven, are
+    counted whole. Only a sample of the steady steps is timed (``Sampling.own_share``): timing costs readings of the
+    clock of its own."""
 
     left_out_steps: int = field(default=0, metadata=COUNT)
     """Steps left out of ``per_step_s``: a ``--trace`` window's, where torch.profiler slows gpufly's hooks with
@@ -257,13 +260,16 @@ class Overhead:
     @classmethod
     def of(cls, steps: list[StepRecord], hook_calls: int, spent_s: float, left_out: range = range(0)) -> Overhead:
         """``left_out``: the indices of steps whose own time is not gpufly's usual cost (a torch.profiler window)."""
-        timed = [s for s in steps if s.own_s is not None and s.index not in left_out]
-        touched = {i for i, s in enumerate(timed) if s.detailed or (i > 0 and timed[i - 1].detailed)}
-        steady = [s.own_s or 0.0 for i, s in enumerate(timed) if i not in touched]
-        total = sum(timed[i].own_s or 0.0 for i in touched) + (statistics.median(steady) * len(steady) if steady
-                                                                    else 0.0)
+        counted = [s for s in steps if s.index not in left_out]
+        touched = {i for i, s in enumerate(counted) if s.detailed or (i > 0 and counted[i - 1].detailed)}
+        steady = [s.own_s for i, s in enumerate(counted) if i not in touched and s.own_s is not None]
+        per_step_s = None
+        if any(s.own_s is not None for s in counted):
+            whole = sum(counted[i].own_s or 0.0 for i in touched)
+            per_step_s = (whole + (statistics.median(steady) * (len(counted) - len(touched)) if steady else 0.0)
+                          ) / len(counted)
         return cls(spent_s=spent_s, steps=len(steps), hook_calls=hook_calls,
-                   detailed_steps=sum(s.detailed for s in steps), per_step_s=total / len(timed) if timed else None,
+                   detailed_steps=sum(s.detailed for s in steps), per_step_s=per_step_s,
                    left_out_steps=sum(s.index in left_out for s in steps))
 
 

@@ -48,9 +48,10 @@ class StepClock:
                  read_memory: Callable[[], int | None] = lambda: None, *, schedule: DetailSchedule | None = None,
                  own: OwnTime | None = None) -> None:
         self._steps = steps
-        self._plain: list[tuple[float, float, int | None, float | None, float]] = []
+        self._plain: list[tuple[float, float, int | None, float | None, float | None]] = []
         """The steps closed plain (not detailed) and not yet made records: (wall_s, data_wait_s, batch_size,
-        optimizer_s, own_s); ``optimizer_s`` is None on them (the optimizer is timed on detailed steps only).
+        optimizer_s, own_s); ``optimizer_s`` is None on them (the optimizer is timed on detailed steps only), ``own_s``
+        on those whose own time was not timed.
         A record per step costs the loop more than the step's own bookkeeping; they are made when read."""
         self.warmup = warmup
         self.clock = clock
@@ -74,6 +75,9 @@ class StepClock:
         self._sync_gaps: list[float] = []
         self._last_sync_end: float | None = None
         self._detailing: bool | None = None
+        self.times_own = True
+        """Whether gpufly's own time is timed on the step under way (the schedule says: every detailed step, runs of
+        plain ones); a plain step left untimed gets no own time (None), and skips the clock readings that take it."""
         self.counting_syncs = True
         """Whether the sync counter is in (the profiler says, when a window opens): kept on each detailed step."""
         self._change_at = 0
@@ -119,13 +123,15 @@ class StepClock:
         inline_kind: type | None = None
         """The batches' type where their size is read here, without a call: a tuple or list of tensors."""
         while True:
-            started = clock()
+            started = clock() if self.times_own else None
             if self._pending_marker is not None:
                 self.commit_marker()
             self._feeding = state
             if self.optimizer_steps and not state.optimizer_steps and not self.explicit_steps:  # _evaluating, inline
+                started = clock() if started is None else started
                 self._skip_to(started)
             elif self._fetches and not self._marked_since_fetch:
+                started = clock() if started is None else started
                 self._close_step(started)  # no step markers: one step per batch
             self._marked_since_fetch = False
             fetching = clock()
@@ -154,8 +160,9 @@ class StepClock:
                         size_of = size_reader(batch)
                         inline_kind = _sequence_of_tensors(batch)
                     current.batch_size = size_of(batch)
-            own.step_s += fetching - started + clock() - fetched
-            own.calls += 1
+            if self.times_own:  # the step under way (a step closed above may have changed it)
+                own.step_s += (fetching - started if started is not None else 0.0) + clock() - fetched
+                own.calls += 1
             yield batch
 
     def main_loader_settings(self) -> dict[str, Any]:
@@ -178,9 +185,10 @@ class StepClock:
         if at is None:
             at = self.clock()
         self._close_step(at)
-        own = self.own
-        own.step_s += self.clock() - at
-        own.calls += 1
+        if self.times_own:
+            own = self.own
+            own.step_s += self.clock() - at
+            own.calls += 1
 
     def commit_marker(self) -> None:
         """A ``prof.step()`` marker not followed by ``with`` ended a step where it was called."""
@@ -226,9 +234,10 @@ class StepClock:
             if feeding is not None:
                 feeding.optimizer_steps += 1
         self._close_step(at)
-        own = self.own
-        own.step_s += self.clock() - at
-        own.calls += 1
+        if self.times_own:
+            own = self.own
+            own.step_s += self.clock() - at
+            own.calls += 1
 
     # -- closing and dropping steps ------------------------------------------------------------
 
@@ -251,7 +260,8 @@ class StepClock:
             own = self.own  # own.take(), inline
             spent, own.step_s = own.step_s, 0.0
             own.taken_s += spent
-            self._plain.append((at - last, record.data_wait_s, record.batch_size, record.optimizer_s, spent))
+            self._plain.append((at - last, record.data_wait_s, record.batch_size, record.optimizer_s,
+                                spent if self.times_own else None))
         index = record.index + 1
         if index < self._change_at and not record.detailed:
             # The common case, a plain step after a plain one: its record is this one, emptied (not a new one).
@@ -285,7 +295,7 @@ class StepClock:
     def _detail(self, record: StepRecord) -> None:
         """Whether the step starting is detailed, from the schedule (asked again only where it may change); the
         listeners hear of a change."""
-        record.detailed, self._change_at = self.schedule.span(record.index)
+        record.detailed, self._change_at, self.times_own = self.schedule.span(record.index)
         if record.detailed is not self._detailing:
             self._detailing = record.detailed
             for listener in self.on_detail:
@@ -341,9 +351,10 @@ class StepContext:
         if steps._pending_marker is not None:
             steps.commit_marker()
         steps._pending_marker = at
-        own = self._own
-        own.step_s += self._clock() - at
-        own.calls += 1
+        if steps.times_own:
+            own = self._own
+            own.step_s += self._clock() - at
+            own.calls += 1
         return self
 
     def __enter__(self) -> StepContext:
@@ -353,11 +364,13 @@ class StepContext:
         return self
 
     def __exit__(self, kind: object, error: object, trace: object) -> None:
-        at = self._clock()  # end_step, inline
-        self._steps._close_step(at)
-        own = self._own
-        own.step_s += self._clock() - at
-        own.calls += 1
+        steps = self._steps  # end_step, inline
+        at = self._clock()
+        steps._close_step(at)
+        if steps.times_own:
+            own = self._own
+            own.step_s += self._clock() - at
+            own.calls += 1
 
 
 def batch_size_of(batch: Any) -> int | None:
