@@ -1,10 +1,12 @@
 """What the profiler costs a training loop, side by side with ``torch.profiler`` on the same loops.
 
 Two CPU (or ``--device cuda``) MLP training loops with Adam over a DataLoader, sized for about 1 ms and about
-30 ms per step. Each round runs one block of steps four ways, in an order that rotates from round to round so
+30 ms per step. Each round runs one block of steps five ways, in an order that rotates from round to round so
 that drift in the machine's speed falls on all of them alike:
 
 - ``plain``: the loop as written;
+- ``plain again``: the same loop once more, as a variant of its own (an A/A check): it changes nothing, so what it
+  reads against ``plain`` is the method's own error, the yardstick for the figures below it;
 - ``gpufly``: everything a user turns on: ``prof.loader``, ``with prof.step()``, ``prof.watch(model, optimizer)``
   (module and optimizer hooks, the sync counter on its sampled steps, memory readings);
 - ``gpufly profile``: the loop as written, attached the way ``gpufly profile script.py`` attaches (every
@@ -13,25 +15,31 @@ that drift in the machine's speed falls on all of them alike:
 - ``torch.profiler``: the same loop inside ``torch.profiler.profile`` (CPU activities; CUDA too on a GPU),
   ``prof.step()`` each step: its in-loop cost, the trace's processing after the loop left out.
 
-Every step is timed the same way in all three, from outside (the end of one step to the end of the next,
+Every step is timed the same way in all of them, from outside (the end of one step to the end of the next,
 after a device sync on a GPU). A round's overhead is its median step against the plain block's median step of
-the same round; the figure printed is the median over rounds with a 95% bootstrap interval. The mean step is
+the same round; the figure printed is the median over rounds with a 95% two-level bootstrap interval. The mean step is
 shown too: it carries the profiler's sampled steps, which the median leaves out; and the CPU time of the loop's
 thread over the block (one torch thread: the loop's whole work), which other processes taking the CPU away do
 not inflate, so on a shared, busy machine it resolves what the wall-clock figures cannot. ``gpufly says`` is the
 overhead the profiler reports about itself (timed inside its own hooks), to set against the outside figure, with
 its own time on a plain step and on a detailed (sampled) one, and how many steps of a block were detailed.
 
-The rounds are spread over ``--processes`` fresh interpreters (3 by default) and pooled: a process's own state
-moves every variant in it alike but differs between processes by about as much as the overhead measured, so the
-figure of one process is one draw; each process's figure is printed too.
+The rounds are spread over ``--processes`` fresh interpreters (15 by default, 3 rounds each after a round that warms
+every variant and is dropped) and pooled. On a shared VM a block's speed moves by several per cent from one second to
+the next, and a process's state (where its code and data landed) moves its variants apart too: two identical plain
+variants measured -3.7% to +4.7% apart process by process, pooled +1.2% [-2.6, +3.4] over 6 processes. So a process
+is one draw, many processes with few rounds each beat few with many, the interval is a two-level bootstrap
+(processes drawn, then rounds within each), which counts that spread, and the A/A variant shows how far the method
+itself reads off zero.
 
-Run: ``python benchmarks/profile_overhead.py [--rounds 15] [--processes 3] [--device cuda]``.
+Run: ``python benchmarks/profile_overhead.py [--rounds 45] [--processes 15] [--device cuda]`` (12-16 minutes on
+the 2-vCPU VM).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -136,6 +144,14 @@ def plain(loop: Loop) -> Block:
     return timed_steps(loop.loader, step)
 
 
+def plain_again(loop: Loop) -> Block:
+    """``plain`` once more, with code of its own as each variant has: the A/A check."""
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+        loop.step(x, y)
+
+    return timed_steps(loop.loader, step)
+
+
 def with_gpufly(loop: Loop) -> Block:
     prof = gpufly.Profiler(warmup=0, device=loop.device, nvml_interval=None).watch(loop.model, loop.optimizer)
 
@@ -179,7 +195,8 @@ def with_torch_profiler(loop: Loop) -> Block:
 
 
 VARIANTS: dict[str, Callable[[Loop], Block]] = {
-    "plain": plain, "gpufly": with_gpufly, "gpufly profile": with_gpufly_profile, "torch.profiler": with_torch_profiler}
+    "plain": plain, "plain again": plain_again, "gpufly": with_gpufly, "gpufly profile": with_gpufly_profile,
+    "torch.profiler": with_torch_profiler}
 SAYS = ("gpufly", "gpufly profile")
 """The variants that report their own time."""
 
@@ -227,20 +244,28 @@ def in_processes(size: LoopSize, args: argparse.Namespace) -> list[Blocks]:
     differs from process to process by about as much as the overhead measured, so one process is one draw."""
     per = [args.rounds // args.processes + (i < args.rounds % args.processes) for i in range(args.processes)]
     parts = []
-    for rounds in per:
-        command = [sys.executable, __file__, "--child", size.name, "--rounds", str(rounds), "--device", args.device,
-                   "--threads", str(args.threads)]
+    for first, rounds in zip(itertools.accumulate([0, *per]), per, strict=False):
+        command = [sys.executable, __file__, "--child", size.name, "--rounds", str(rounds), "--first-round",
+                   str(first), "--device", args.device, "--threads", str(args.threads)]
         done = subprocess.run(command, capture_output=True, text=True, check=True)
         parts.append(blocks_from_json(json.loads(done.stdout.strip().splitlines()[-1])))
     return parts
 
 
-def measure(size: LoopSize, device: str, rounds: int) -> Blocks:
+def measure(size: LoopSize, device: str, rounds: int, first_round: int = 0) -> Blocks:
+    """``rounds`` rounds of every variant, after one round that warms each of them and is dropped.
+
+    Every variant gets the same warm-up: a variant's first block in a process pays for first uses (torch.profiler
+    starting Kineto, gpufly's first profiler, the allocator's first blocks of each size), and with only the plain loop
+    warmed, as before, that cost fell on every variant but the baseline. The order rotates with the round's number
+    across processes (``first_round``: this process's first), so each variant comes first, and follows each other
+    one, equally often over the run, not the same few rotations in every process."""
     loop = Loop.build(size, device)
-    plain(loop)  # warm the allocator, the kernels and the optimizer state
     names = list(VARIANTS)
+    for name in names:
+        VARIANTS[name](loop)
     blocks = Blocks()
-    for round_ in range(rounds):
+    for round_ in range(first_round, first_round + rounds):
         shift = round_ % len(names)
         for name in names[shift:] + names[:shift]:
             block = VARIANTS[name](loop)
@@ -252,11 +277,18 @@ def measure(size: LoopSize, device: str, rounds: int) -> Blocks:
     return blocks
 
 
-def interval(values: list[float], draws: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """The median and its 95% percentile-bootstrap interval."""
+def interval(groups: list[list[float]], draws: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """The median of all values and its 95% two-level bootstrap interval: each draw takes as many groups (processes)
+    as there are, with replacement, then as many values (rounds) within each as it has, and takes the median of the
+    lot. A process's offset is shared by its rounds, so resampling the rounds alone would give too narrow a band."""
     rng = random.Random(seed)
-    resampled = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
-    return statistics.median(values), resampled[int(0.025 * draws)], resampled[int(0.975 * draws) - 1]
+    groups = [group for group in groups if group]
+    resampled = sorted(
+        statistics.median([value for group in rng.choices(groups, k=len(groups))
+                           for value in rng.choices(group, k=len(group))])
+        for _ in range(draws))
+    everything = [value for group in groups for value in group]
+    return statistics.median(everything), resampled[int(0.025 * draws)], resampled[int(0.975 * draws) - 1]
 
 
 def overheads(blocks: Blocks, name: str, kind: str) -> list[float]:
@@ -272,6 +304,7 @@ def pct(triple: tuple[float, float, float]) -> str:
 
 def report(size: LoopSize, parts: list[Blocks]) -> None:
     blocks = pooled(parts)
+    compared = [name for name in VARIANTS if name != "plain"]
     step_ms = statistics.median(blocks.medians["plain"]) * 1000
     print(f"\n{size.name}: MLP 512-{size.width}-{size.width}-10, Adam, batch {size.batch}, "
           f"{len(blocks.medians['plain'])} rounds x {size.steps} steps in {len(parts)} process(es); plain median "
@@ -281,13 +314,13 @@ def report(size: LoopSize, parts: list[Blocks]) -> None:
     for name in VARIANTS:
         row = f"{name:16}{1000 * statistics.median(blocks.medians[name]):>15.3f}"
         if name != "plain":
-            row += "".join(f"{pct(interval(overheads(blocks, name, kind))):>{width}}"
+            row += "".join(f"{pct(interval([overheads(part, name, kind) for part in parts])):>{width}}"
                            for kind, width in (("median", 31), ("mean", 28), ("cpu", 28)))
         print(row)
     if len(parts) > 1:
-        for name in ("gpufly", "gpufly profile"):
-            each = ", ".join(f"{100 * statistics.median(overheads(part, name, 'median')):+.2f}%" for part in parts)
-            print(f"{name}: median step overhead in each process: {each}")
+        for name in compared:
+            each = ", ".join(f"{100 * statistics.median(overheads(part, name, 'median')):+.1f}" for part in parts)
+            print(f"{name}: median step overhead in each process, %: {each}")
     step_s = statistics.median(blocks.medians["plain"])
     for name, said_blocks in blocks.says.items():
         says = median_of([b.gpufly_says_s for b in said_blocks])
@@ -307,17 +340,18 @@ def median_of(values: list[float | None]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=45)
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (1: a busy 2-core machine's spinning OpenMP threads swamp the figure)")
-    parser.add_argument("--processes", type=int, default=3,
+    parser.add_argument("--processes", type=int, default=15,
                         help="fresh interpreters the rounds are spread over (pooled; each one's figure is shown too)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--first-round", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.child:
         size = next(loop for loop in LOOPS if loop.name == args.child)
-        print(json.dumps(blocks_to_json(measure(size, args.device, args.rounds))))
+        print(json.dumps(blocks_to_json(measure(size, args.device, args.rounds, args.first_round))))
         return
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "CPU"
     load = " ".join(f"{value:.2f}" for value in os.getloadavg())

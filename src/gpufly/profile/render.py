@@ -105,7 +105,8 @@ def own_cost(data: ProfileData) -> dict[str, Any] | None:
     return {"per_step_s": overhead.per_step_s, "share_of_median_step": overhead.per_step_s / median if median else None,
             "spent_s": overhead.spent_s, "hook_calls": overhead.hook_calls, "steps": overhead.steps,
             "detailed_steps": overhead.detailed_steps, "left_out_steps": overhead.left_out_steps,
-            "how": "timed inside gpufly's hooks and wrappers (a lower bound: the calls into them are not timed)"}
+            "how": "timed inside gpufly's hooks and wrappers, on the detailed steps and a sample of the others "
+                   "(a lower bound: the calls into them are not timed)"}
 
 
 def energy(data: ProfileData, samples_per_s: float | None) -> dict[str, Any]:
