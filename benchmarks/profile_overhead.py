@@ -242,7 +242,8 @@ def in_processes(size: LoopSize, args: argparse.Namespace) -> list[Blocks]:
     """``args.rounds`` rounds spread over ``args.processes`` fresh interpreters, one after the other: a process's
     state (where its code and data landed, the interpreter's specialisations) moves every variant of it alike but
     differs from process to process by about as much as the overhead measured, so one process is one draw."""
-    per = [args.rounds // args.processes + (i < args.rounds % args.processes) for i in range(args.processes)]
+    processes = max(1, min(args.processes, args.rounds))  # a process with no round would measure nothing
+    per = [args.rounds // processes + (i < args.rounds % processes) for i in range(processes)]
     parts = []
     for first, rounds in zip(itertools.accumulate([0, *per]), per, strict=False):
         command = [sys.executable, __file__, "--child", size.name, "--rounds", str(rounds), "--first-round",

@@ -75,7 +75,7 @@ step monitor_overhead 30 "$PY" benchmarks/monitor_overhead.py --samples 200
 # The tuner's recommender case study on the GPU (the stages only; the searches follow below), then the
 # profiler's overhead on the GPU (a short run).
 step tune_speedups 150 "$PY" benchmarks/tune_speedups.py --device cuda --steps 80 --skip-search
-step profile_overhead 30 "$PY" benchmarks/profile_overhead.py --device cuda --rounds 5
+step profile_overhead 30 "$PY" benchmarks/profile_overhead.py --device cuda --rounds 3 --processes 1
 # Short tuner searches: the CNN, and inference on the transformer.
 step tune_cnn 40 "${GF[@]}" tune cnn --budget-minutes 0.4 --results "$WORK/tune_cnn.jsonl" --html "$WORK/tune_cnn.html"
 step tune_infer 35 "${GF[@]}" tune transformer --task infer --budget-minutes 0.3 --steps 20 \
