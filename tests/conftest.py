@@ -57,6 +57,15 @@ def _english_output(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     i18n.use_language("en")
 
 
+@pytest.fixture(autouse=True)
+def _fresh_sync_arm_budget() -> None:
+    """The sync counter may change a tensor class only so many times in a process (``ARMS_PER_PROCESS``); a test
+    worker runs many profilers, so each test starts with the whole budget, as a fresh process would."""
+    syncs = sys.modules.get("gpufly.profile.syncs")
+    if syncs is not None:
+        syncs._arms_left.clear()
+
+
 @pytest.fixture(scope="session")
 def catalog() -> Catalog:
     return default_catalog()

@@ -3,6 +3,7 @@ machine: what counts as a sync, what a copy costs in fake time, and that everyth
 
 from __future__ import annotations
 
+import itertools
 from types import SimpleNamespace
 from typing import Any
 
@@ -196,3 +197,70 @@ def test_a_ctrl_c_in_the_middle_of_putting_the_originals_back_leaves_the_rest_to
     counter._patched.pop()  # this fake owner would interrupt again
     counter.disarm()
     assert dict(vars(torch.Tensor)) == before and counter._patched == []
+
+
+def test_the_wrappers_go_into_a_tensor_class_only_so_many_times_then_the_counter_stays_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """From Python 3.13 a class gets 1000 version tags in its life, and each time the wrappers go in and out costs
+    the tensor class two: past the budget the counter says it is out (the profiler then marks those steps'
+    syncs uncounted) instead of changing the class again."""
+    from gpufly.profile import syncs
+
+    monkeypatch.setattr(syncs, "ARMS_PER_PROCESS", 3)
+    counter, torch, _, _ = started(cuda=False)  # armed once
+    assert counter.armed
+    counter.disarm()
+    original = vars(torch.Tensor).get("item")
+    assert counter.arm() and counter.arm(), "already in: no second change"
+    counter.disarm()
+    assert counter.arm()
+    counter.disarm()
+    assert not counter.arm() and not counter.armed, "three arms spent"
+    assert vars(torch.Tensor).get("item") is original, "the class is left as it was"
+    other, _, _, _ = started(cuda=False)
+    assert other.armed, "each tensor class has its own budget"
+
+
+def test_the_profiler_marks_windows_past_the_budget_as_not_counting_syncs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpufly.profile import syncs
+    from gpufly.profile.profiler import Profiler
+    from gpufly.profile.sampling import Sampling
+
+    monkeypatch.setattr(syncs, "ARMS_PER_PROCESS", 2)
+    clock = FakeClock()
+    prof = Profiler(warmup=0, nvml_interval=None, device="cpu", sampling=Sampling(first=1, window=1, share=0.5,
+                                                                                   syncs_every=1), clock=clock)
+    prof.syncs.start = lambda torch, cuda: syncs.SyncCounter.start(prof.syncs, fake_torch(clock), cuda)
+    for _ in prof.loader(range(200)):
+        with prof.step():
+            clock.advance(0.001)
+    data = prof.finish()
+    counted = [s.syncs_counted for s in data.steps if s.detailed]
+    assert counted[:1] == [True] and counted.count(True) >= 2 and not all(counted), counted
+    runs = [key for key, _ in itertools.groupby(s.syncs_counted for s in data.steps if s.detailed)]
+    assert runs == [True, False], "counted on the first two runs of detailed steps, then never again"
+
+
+def test_the_originals_are_read_as_getattr_reads_them_without_looking_the_class_up() -> None:
+    import torch
+
+    from gpufly.profile.syncs import COPY_METHODS, SYNC_CONVERSIONS, SYNC_METHODS, _class_attribute
+
+    names = [*SYNC_METHODS, *(name for name, _ in SYNC_CONVERSIONS), *COPY_METHODS]
+    assert all(_class_attribute(torch.Tensor, name) is getattr(torch.Tensor, name) for name in names)
+
+    class Base:
+        @staticmethod
+        def plain() -> int:
+            return 1
+
+        @classmethod
+        def made(cls) -> str:
+            return cls.__name__
+
+    class Child(Base):
+        pass
+
+    assert _class_attribute(Child, "plain") is Child.plain and _class_attribute(Child, "made")() == "Child"
+    with pytest.raises(AttributeError):
+        _class_attribute(Child, "missing")

@@ -196,11 +196,9 @@ class Profiler:
     def _detail(self, detailed: bool) -> None:
         """The steps from now on are looked inside (wrappers and forward hooks on), or no longer are."""
         if detailed:
-            counting = self._windows % self._sampling.syncs_every == 0
+            counting = self._windows % self._sampling.syncs_every == 0 and self.syncs.arm()
             self._windows += 1
             self.steps.counting_syncs = counting
-            if counting:
-                self.syncs.arm()
             self.hooks.arm()
             self.memory.arm()
         else:

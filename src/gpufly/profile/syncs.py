@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import time
 import warnings
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +35,18 @@ and torch's own ``if tensor:`` checks are not the user's to change."""
 
 COPY_METHODS = ("to", "cuda")
 """Tensor methods that copy to the GPU (timed), or, called on a GPU tensor for the CPU, wait like ``.cpu()``."""
+
+ARMS_PER_PROCESS = 200
+"""How many times the wrappers go into one tensor class in a process. Each change to a class gives it a new version
+tag once it is next looked up, and from Python 3.13 a class gets 1000 in its life: after that its attribute lookups
+are never cached again, and every tensor attribute in torch's Python code is read the slow way for the rest of the
+process. Putting the wrappers in and taking them out costs ``torch.Tensor`` (and each subclass) two tags; 200 times
+leaves most of the 1000 to everything else. With the default schedule that is the first 800 or so windows (one in
+four counts syncs): a run of several hundred thousand steps; the later windows then leave syncs uncounted
+(``syncs_counted`` false on their steps) rather than slow the loop for good."""
+
+_arms_left: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+"""Per tensor class, how many more times the wrappers may go in (``ARMS_PER_PROCESS`` at first)."""
 
 
 class SyncCounter:
@@ -63,12 +76,19 @@ class SyncCounter:
         self._torch = torch
         self.cuda = cuda
 
-    def arm(self) -> None:
-        """Wrap the Tensor methods (and, on a GPU run, the copies and ``torch.cuda.synchronize``)."""
-        if self.armed or self._torch is None:
-            return
-        self.armed = True
+    def arm(self) -> bool:
+        """Wrap the Tensor methods (and, on a GPU run, the copies and ``torch.cuda.synchronize``); whether the counter
+        is in. It stays out once ``ARMS_PER_PROCESS`` arms have changed this process's tensor class."""
+        if self.armed:
+            return True
+        if self._torch is None:
+            return False
         torch = self._torch
+        left = _arms_left.get(torch.Tensor, ARMS_PER_PROCESS)
+        if left <= 0:
+            return False
+        _arms_left[torch.Tensor] = left - 1
+        self.armed = True
         for method in SYNC_METHODS:
             gpu_only = method in ("cpu", "numpy")
             if self.cuda or not gpu_only:  # on a CPU run these never wait: wrapping them would only cost
@@ -79,6 +99,7 @@ class SyncCounter:
             for method in COPY_METHODS:
                 self._time_copies(torch.Tensor, method)
             self._count_synchronize(torch.cuda)
+        return True
 
     def disarm(self) -> None:
         """Put back every original (deleting the wrapper where the method was inherited).
@@ -106,7 +127,7 @@ class SyncCounter:
         setattr(owner, name, replacement)
 
     def _count(self, tensor_type: Any, method: str, label: str, gpu_only: bool) -> None:
-        original = getattr(tensor_type, method)
+        original = _class_attribute(tensor_type, method)
         counter, clock, own = self, self._clock, self._own
 
         def counted(tensor: Any, *args: Any, **kwargs: Any) -> Any:
@@ -140,7 +161,7 @@ class SyncCounter:
         self._replace(tensor_type, method, counted)
 
     def _time_copies(self, tensor_type: Any, method: str) -> None:
-        original = getattr(tensor_type, method)
+        original = _class_attribute(tensor_type, method)
         counter, clock, own = self, self._clock, self._own
 
         def timed(tensor: Any, *args: Any, **kwargs: Any) -> Any:
@@ -176,6 +197,17 @@ class SyncCounter:
             return result
 
         self._replace(cuda, "synchronize", synchronize)
+
+
+def _class_attribute(owner: type, name: str) -> Any:
+    """What ``getattr(owner, name)`` gives, read from the classes' own dicts: a ``getattr`` on a class gives it a
+    version tag when it has none (each wrapper put in takes it away), and from Python 3.13 a class gets only 1000."""
+    for klass in owner.__mro__:
+        if name in klass.__dict__:
+            value = klass.__dict__[name]
+            get = getattr(type(value), "__get__", None)
+            return get(value, None, owner) if get is not None else value
+    raise AttributeError(f"type object {owner.__name__!r} has no attribute {name!r}")
 
 
 def _put_back(original: Any) -> Any:
