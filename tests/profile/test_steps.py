@@ -176,9 +176,11 @@ def test_plain_steps_kept_as_numbers_become_the_same_records_whenever_they_are_r
 
     clock = FakeClock()
     schedule = DetailSchedule(Sampling(first=1, window=2, share=0.25, enough=6, later_share=0.125), warmup=1)
-    steps = StepClock([], 1, clock, read_memory=lambda: 7, schedule=schedule)
+    given: list[StepRecord] = []
+    steps = StepClock(given, 1, clock, read_memory=lambda: 7, schedule=schedule)
     steps.start()
     sizes = [8 if i % 10 else 5 for i in range(60)]  # each 10th batch is a short one
+    unread_at_20 = -1
 
     def batches() -> Iterator[object]:
         for rows in sizes:
@@ -189,9 +191,13 @@ def test_plain_steps_kept_as_numbers_become_the_same_records_whenever_they_are_r
     for i, _ in enumerate(steps.iterate(steps.track_loader(object()), batches())):
         with StepContext(steps):
             clock.advance(0.125 * (i % 3 + 1))
+        if i == 20:
+            unread_at_20 = len(given)
         if i == 30:
             midway = list(steps.steps)
     records = steps.steps
+    assert unread_at_20 == 0 and sum(s.detailed for s in records[:21]) > 2, \
+        "the windows of detailed steps before step 20 made no records: they are made when read"
     assert len(midway) == 31 and records[:31] == midway, "reading them midway changes nothing"
     assert [s.index for s in records] == list(range(60))
     plain = [s for s in records if not s.detailed]

@@ -209,11 +209,8 @@ class TimedTrainFunction:
             finally:
                 waited += clock() - fetching
             batches.append(batch)
-        current = steps.current
-        current.data_wait_s += waited
         sizes = [batch_size_of(batch) for batch in batches]
-        if current.batch_size is None and None not in sizes:
-            current.batch_size = sum(size or 0 for size in sizes)
+        steps.fed(waited, None if None in sizes else sum(size or 0 for size in sizes))
         settings = self.profiler.data.settings
         if settings.batch_size is None:
             settings.batch_size = sizes[0]

@@ -48,17 +48,24 @@ class StepClock:
                  read_memory: Callable[[], int | None] = lambda: None, *, schedule: DetailSchedule | None = None,
                  own: OwnTime | None = None) -> None:
         self._steps = steps
-        self._plain: list[tuple[float, float, int | None, float | None, float | None]] = []
-        """The steps closed plain (not detailed) and not yet made records: (wall_s, data_wait_s, batch_size,
-        optimizer_s, own_s); ``optimizer_s`` is None on them (the optimizer is timed on detailed steps only), ``own_s``
-        on those whose own time was not timed.
-        A record per step costs the loop more than the step's own bookkeeping; they are made when read."""
+        self._plain: list[tuple[float, float, int | None, float | None, float | None] | StepRecord] = []
+        """The steps closed since ``steps`` was last read: a plain (not detailed) one as its numbers, (wall_s,
+        data_wait_s, batch_size, optimizer_s, own_s), a detailed one as its record. ``optimizer_s`` is None on a plain
+        step (the optimizer is timed on detailed steps only), ``own_s`` on one whose own time was not timed.
+        A record per step costs the loop more than the step's own bookkeeping; they are made when read (at the end,
+        not at each window of detailed steps: 430 records made there took a 1 ms step about half a millisecond)."""
         self.warmup = warmup
         self.clock = clock
         self.read_memory = read_memory
         self.schedule = schedule or DetailSchedule(EVERY_STEP, warmup)
         self.own = own or OwnTime(clock)
         self.current = StepRecord(index=0, wall_s=0.0)
+        self.waited_s = 0.0
+        """The step under way's wait for its batch so far (the loader's, or what ``fed`` is told)."""
+        self.batch_size: int | None = None
+        """The step under way's batch size, once a fetch has read it. These two are kept here, not on ``current``,
+        so that a plain step's bookkeeping touches this object alone: that code runs right after a millisecond of
+        framework work has pushed its data out of the CPU's caches, where each object it touches costs."""
         self.loaders: dict[int, LoaderState] = {}
         self.explicit_steps = False
         """Set by ``with prof.step()``: the user says what a step is, so evaluation loaders are left alone."""
@@ -69,8 +76,9 @@ class StepClock:
         """Listeners told, when it changes, whether the step now starting is detailed (they arm or disarm)."""
         self._last_boundary: float | None = None
         self._pending_marker: float | None = None
-        self._marked_since_fetch = False
-        self._fetches = 0
+        self._marked_since_fetch = True
+        """Whether the step under way was ended (or dropped) since the last fetch: if not, the next fetch ends it (a
+        loop with no step markers is a step per batch). True before the first fetch: there is no step to end."""
         self._feeding: LoaderState | None = None
         self._sync_gaps: list[float] = []
         self._last_sync_end: float | None = None
@@ -92,13 +100,17 @@ class StepClock:
         return self.records()
 
     def records(self) -> list[StepRecord]:
-        """The list given, completed with the plain steps closed since it was last read, made records."""
+        """The list given, completed with the steps closed since it was last read (the plain ones made records)."""
         plain, steps = self._plain, self._steps
         if plain:
             warmup = self.warmup
-            steps.extend(StepRecord(index, wall, wait, optimizer_s=optimizer, batch_size=size, warmup=index < warmup,
-                                    detailed=False, own_s=own)
-                         for index, (wall, wait, size, optimizer, own) in enumerate(plain, len(steps)))
+            for index, step in enumerate(plain, len(steps)):
+                if isinstance(step, StepRecord):
+                    steps.append(step)
+                else:
+                    wall, wait, size, optimizer, own = step
+                    steps.append(StepRecord(index, wall, wait, optimizer_s=optimizer, batch_size=size,
+                                            warmup=index < warmup, detailed=False, own_s=own))
             plain.clear()
         return steps
 
@@ -130,10 +142,9 @@ class StepClock:
             if self.optimizer_steps and not state.optimizer_steps and not self.explicit_steps:  # _evaluating, inline
                 started = clock() if started is None else started
                 self._skip_to(started)
-            elif self._fetches and not self._marked_since_fetch:
+            elif not self._marked_since_fetch:
                 started = clock() if started is None else started
                 self._close_step(started)  # no step markers: one step per batch
-            self._marked_since_fetch = False
             fetching = clock()
             try:
                 batch = next(iterator)
@@ -145,25 +156,31 @@ class StepClock:
                 self._marked_since_fetch = True
                 return
             fetched = clock()
-            current = self.current
-            current.data_wait_s += fetched - fetching
-            self._fetches += 1
+            self._marked_since_fetch = False
+            self.waited_s += fetched - fetching
             state.fetches += 1
-            if current.batch_size is None:
+            if self.batch_size is None:
                 if type(batch) is inline_kind:
                     try:
-                        current.batch_size = int(batch[0].shape[0])  # type: ignore[index]
+                        self.batch_size = int(batch[0].shape[0])  # type: ignore[index]
                     except (AttributeError, IndexError, TypeError, ValueError):
-                        current.batch_size = batch_size_of(batch)
+                        self.batch_size = batch_size_of(batch)
                 else:
                     if size_of is None:
                         size_of = size_reader(batch)
                         inline_kind = _sequence_of_tensors(batch)
-                    current.batch_size = size_of(batch)
+                    self.batch_size = size_of(batch)
             if self.times_own:  # the step under way (a step closed above may have changed it)
                 own.step_s += (fetching - started if started is not None else 0.0) + clock() - fetched
                 own.calls += 1
             yield batch
+
+    def fed(self, waited_s: float, batch_size: int | None) -> None:
+        """A batch (or batches) came from somewhere other than ``iterate`` (Keras's data adapter): the wait for it
+        and its size, into the step under way."""
+        self.waited_s += waited_s
+        if self.batch_size is None:
+            self.batch_size = batch_size
 
     def main_loader_settings(self) -> dict[str, Any]:
         """The settings of the loader that feeds the optimizer steps (or, before any, the busiest one)."""
@@ -256,18 +273,20 @@ class StepClock:
         record = self.current
         if record.detailed:
             self._keep_detailed(record, at - last)
-        else:
+        elif self.times_own:
             own = self.own  # own.take(), inline
             spent, own.step_s = own.step_s, 0.0
             own.taken_s += spent
-            self._plain.append((at - last, record.data_wait_s, record.batch_size, record.optimizer_s,
-                                spent if self.times_own else None))
+            self._plain.append((at - last, self.waited_s, self.batch_size, record.optimizer_s, spent))
+        else:  # an untimed plain step: gpufly's code added no time of its own to it, and ``own`` is left untouched
+            self._plain.append((at - last, self.waited_s, self.batch_size, record.optimizer_s, None))
+        self.waited_s = 0.0
+        self.batch_size = None
         index = record.index + 1
         if index < self._change_at and not record.detailed:
-            # The common case, a plain step after a plain one: its record is this one, emptied (not a new one).
+            # The common case, a plain step after a plain one: its record is this one, renumbered (not a new one).
             record.index = index
-            record.data_wait_s = 0.0
-            record.batch_size = record.optimizer_s = None
+            record.optimizer_s = None
         else:
             self.current = following = StepRecord(index, 0.0, detailed=record.detailed)
             if index >= self._change_at:
@@ -279,8 +298,10 @@ class StepClock:
 
     def _keep_detailed(self, record: StepRecord, wall_s: float) -> None:
         """A detailed step closes: it gets its wall time, own time and what only a detailed step measures (the median
-        gap between syncs; memory where the schedule says), and joins the records after the plain steps before it."""
+        gap between syncs; memory where the schedule says), and joins the steps closed so far."""
         record.wall_s = wall_s
+        record.data_wait_s = self.waited_s
+        record.batch_size = self.batch_size
         record.warmup = record.index < self.warmup
         record.own_s = self.own.take()
         record.syncs_counted = self.counting_syncs
@@ -290,7 +311,7 @@ class StepClock:
             record.sync_gap_s = statistics.median(self._sync_gaps)
             self._sync_gaps.clear()
         self._last_sync_end = None
-        self.records().append(record)
+        self._plain.append(record)
 
     def _detail(self, record: StepRecord) -> None:
         """Whether the step starting is detailed, from the schedule (asked again only where it may change); the
@@ -314,6 +335,8 @@ class StepClock:
         """Drop the partial step (evaluation work) and start the next step at ``at``."""
         self._last_boundary = at
         self.current = StepRecord(index=self.current.index, wall_s=0.0, detailed=self.current.detailed)
+        self.waited_s = 0.0
+        self.batch_size = None
         self._sync_gaps.clear()
         self._last_sync_end = None
         self._marked_since_fetch = True
