@@ -1,0 +1,65 @@
+"""benchmarks/profile_plain_steps.py runs its variants interleaved and prints a row for each against the plain one.
+
+Its figures are wall-clock measurements and are not asserted here; what is: every variant ran the same number of
+steps, the plain-path profiler looked inside none of them and the detailed one every one (without the sync counter),
+and the difference's interval is built from the figures given (a fake set with a known offset)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).parent.parent.parent / "benchmarks" / "profile_plain_steps.py"
+
+
+def load() -> ModuleType:
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        spec = importlib.util.spec_from_file_location("profile_plain_steps", SCRIPT)
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+
+
+def test_the_difference_is_the_median_offset_with_an_interval_around_it() -> None:
+    script = load()
+    base = [1.0 + (i % 7) * 0.01 for i in range(700)]
+    times = {"plain": base, "slower": [t + 0.005 for t in base]}
+    diff, low, high = script.difference(times, "slower", draws=50)
+    assert diff == pytest.approx(0.005)
+    assert low <= diff <= high and high - low < 0.001, "a constant offset is resolved to within its spread"
+
+
+@pytest.mark.slow
+def test_the_script_runs_every_variant_on_as_many_steps_and_the_profiler_details_none() -> None:
+    script = load()
+    times, data = script.measure(cycles=100, seed=1)
+    assert list(times) == ["plain", "plain again", "wrapping alone", "gpufly"]
+    assert {len(steps) for steps in times.values()} == {100}
+    assert data.steps and not any(step.detailed for step in data.steps)
+    times, data = script.measure(cycles=100, seed=1, detailed=True)
+    assert list(times) == ["plain", "plain, a copy", "gpufly, detailed"]
+    assert {len(steps) for steps in times.values()} == {100}
+    assert data.steps and all(step.detailed and not step.syncs_counted for step in data.steps)
+    result = subprocess.run([sys.executable, str(SCRIPT), "--cycles", "100"], capture_output=True, text=True,
+                            timeout=300, check=True)
+    starts = [line.split("  ")[0] for line in result.stdout.splitlines()]
+    for row in ("plain", "plain again", "wrapping alone", "gpufly", "plain, a copy", "gpufly, detailed"):
+        assert row in starts, result.stdout
+    assert result.stdout.count("gpufly says:") == 2 and "a run of the default schedule" in result.stdout
+
+
+@pytest.mark.slow
+def test_too_few_cycles_is_refused_with_one_error_line() -> None:
+    result = subprocess.run([sys.executable, str(SCRIPT), "--cycles", "5"], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2
+    assert "--cycles must be at least 100" in result.stderr
