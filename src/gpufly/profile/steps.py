@@ -53,7 +53,7 @@ class StepClock:
         data_wait_s, batch_size, optimizer_s, own_s), a detailed one as its record. ``optimizer_s`` is None on a plain
         step (the optimizer is timed on detailed steps only), ``own_s`` on one whose own time was not timed.
         A record per step costs the loop more than the step's own bookkeeping; they are made when read (at the end,
-        not at each window of detailed steps: 430 records made there took a 1 ms step about half a millisecond)."""
+        not at each window of detailed steps, where 430 of them, timed alone, take 0.23 ms)."""
         self.warmup = warmup
         self.clock = clock
         self.read_memory = read_memory
