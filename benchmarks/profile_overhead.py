@@ -33,8 +33,10 @@ is one draw, many processes with few rounds each beat few with many, the interva
 itself reads off zero.
 
 Run: ``python benchmarks/profile_overhead.py [--rounds 45] [--processes 15] [--device cuda]`` (12-16 minutes on
-the 2-vCPU VM). ``profile_plain_steps.py`` measures the part a run's median step pays, the profiler's plain path,
-step by step, where drift cannot reach it: to a few tenths of a per cent where this script's A/A check reads ±2-5%.
+the 2-vCPU VM). ``profile_step_by_step.py`` measures the profiler (its plain path, a detailed step, and the default
+schedule with everything in) step by step, interleaved with plain steps so that drift cannot reach it: to a few
+tenths of a per cent where this script's A/A check reads ±2-5%. torch.profiler cannot be measured so (it records
+every op in the process while it runs), so it stays here.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""benchmarks/profile_plain_steps.py runs its variants interleaved and prints a row for each against the plain one.
+"""benchmarks/profile_step_by_step.py runs its variants interleaved and prints a row for each against the plain one.
 
 Its figures are wall-clock measurements and are not asserted here; what is: every variant ran the same number of
-steps, the plain-path profiler looked inside none of them and the detailed one every one (without the sync counter),
-and the difference's interval is built from the figures given (a fake set with a known offset)."""
+steps, the plain-path profiler looked inside none of them, the detailed one every one (without the sync counter) and
+the default one its first 8 (with it), and the difference's interval is built from the figures given (a fake set
+with a known offset)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,13 @@ from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).parent.parent.parent / "benchmarks" / "profile_plain_steps.py"
+SCRIPT = Path(__file__).parent.parent.parent / "benchmarks" / "profile_step_by_step.py"
 
 
 def load() -> ModuleType:
     sys.path.insert(0, str(SCRIPT.parent))
     try:
-        spec = importlib.util.spec_from_file_location("profile_plain_steps", SCRIPT)
+        spec = importlib.util.spec_from_file_location("profile_step_by_step", SCRIPT)
         assert spec and spec.loader
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
@@ -39,22 +40,29 @@ def test_the_difference_is_the_median_offset_with_an_interval_around_it() -> Non
 
 
 @pytest.mark.slow
-def test_the_script_runs_every_variant_on_as_many_steps_and_the_profiler_details_none() -> None:
+def test_the_script_runs_every_variant_of_each_phase_on_as_many_steps_detailed_as_its_schedule_says() -> None:
     script = load()
     times, data = script.measure(cycles=100, seed=1)
     assert list(times) == ["plain", "plain again", "wrapping alone", "gpufly"]
     assert {len(steps) for steps in times.values()} == {100}
     assert data.steps and not any(step.detailed for step in data.steps)
-    times, data = script.measure(cycles=100, seed=1, detailed=True)
+    times, data = script.measure(cycles=100, seed=1, phase="detailed")
     assert list(times) == ["plain", "plain, a copy", "gpufly, detailed"]
     assert {len(steps) for steps in times.values()} == {100}
     assert data.steps and all(step.detailed and not step.syncs_counted for step in data.steps)
+    times, data = script.measure(cycles=100, seed=1, phase="default")
+    assert list(times) == ["plain", "plain, a copy", "gpufly, default"]
+    assert {len(steps) for steps in times.values()} == {100}
+    detailed = [step.index for step in data.steps if step.detailed]
+    assert detailed[:8] == list(range(8)) and all(data.steps[i].syncs_counted for i in range(8)), \
+        "the profiled variant was not warmed: its first steps, detailed with the sync counter in, are measured"
     result = subprocess.run([sys.executable, str(SCRIPT), "--cycles", "100"], capture_output=True, text=True,
                             timeout=300, check=True)
     starts = [line.split("  ")[0] for line in result.stdout.splitlines()]
-    for row in ("plain", "plain again", "wrapping alone", "gpufly", "plain, a copy", "gpufly, detailed"):
+    for row in ("plain", "plain again", "wrapping alone", "gpufly", "plain, a copy", "gpufly, detailed",
+                "gpufly, default"):
         assert row in starts, result.stdout
-    assert result.stdout.count("gpufly says:") == 2 and "a run of the default schedule" in result.stdout
+    assert result.stdout.count("gpufly says:") == 3 and "8 of 100 steps detailed" in result.stdout
 
 
 @pytest.mark.slow
