@@ -20,8 +20,11 @@ all of them alike and the comparison resolves a few tenths of a per cent. Three 
    another copy, with a third copy's plain steps beside them (``plain, a copy``) as the check on what copies alone
    change: where each landed in memory. That offset is not in the interval, and it is not small: two plain copies
    of the 1 ms loop read -0.65% to +0.03% apart, and on the 30 ms loop the profiled copy ran 1.4% faster than the
-   plain one (0.2% between the two plain copies), more than any cost of the profiler there. So phases 2 and 3 say
-   how large a cost is to within that offset; phase 1, on one shared loop, has none. The sync counter and the memory
+   plain one (0.2% between the two plain copies), more than any cost of the profiler there. So in one process
+   phases 2 and 3 say how large a cost is to within that offset; phase 1, on one shared loop, has none. With
+   ``--processes N`` they run in N fresh processes instead, the profiled copy rotated among the three, and the
+   figure is the mean over processes, its interval drawn over processes: the offsets then count as the noise they
+   are. The sync counter and the memory
    readings stay out of this phase (the schedule would take a reading on every step; the default takes one a window).
 
 3. **default**: the profiler as a user runs it (the default schedule: the first 8 steps detailed with the sync
@@ -41,10 +44,12 @@ per phase per 10,000 cycles on the 2-vCPU VM; ``--loop 1``, the ~30 ms loop, abo
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -121,11 +126,13 @@ def variants(loop: Loop, prof: gpufly.Profiler) -> dict[str, Callable[[], None]]
     return {"plain": plain, "plain again": plain_again, "wrapping alone": wrapping_alone, "gpufly": with_gpufly}
 
 
-def copies_variants(size: LoopSize, prof: gpufly.Profiler, label: str,
-                    everything_in: bool) -> dict[str, Callable[[], None]]:
+def copies_variants(size: LoopSize, prof: gpufly.Profiler, label: str, everything_in: bool,
+                    rotation: int = 0) -> dict[str, Callable[[], None]]:
     """Plain steps on one copy of the loop, plain steps on another, and the profiler's (``label``) on a third; with
     ``everything_in`` false, the sync counter and the memory readings kept out."""
-    base, copy, watched = (Loop.build(size, "cpu") for _ in range(3))
+    loops = [Loop.build(size, "cpu") for _ in range(3)]
+    turn = rotation % 3  # which of the three, built one after another, is profiled: rotated across processes
+    watched, base, copy = loops[turn], loops[(turn + 1) % 3], loops[(turn + 2) % 3]
     if not everything_in:
         prof.syncs.arm = lambda: False  # type: ignore[method-assign]  # the sync counter out: see the docstring
         prof.steps.read_memory = lambda: None  # every step would read it here; the default schedule, one a window
@@ -163,10 +170,10 @@ def measure(cycles: int, seed: int, phase: str = "plain path",
     torch.set_num_threads(1)
     if phase == "detailed":
         prof = gpufly.Profiler(warmup=0, device="cpu", nvml_interval=None, sampling=EVERY_STEP)
-        runs = copies_variants(size, prof, "gpufly, detailed", everything_in=False)
+        runs = copies_variants(size, prof, "gpufly, detailed", everything_in=False, rotation=seed)
     elif phase == "default":
         prof = gpufly.Profiler(warmup=0, device="cpu", nvml_interval=None)
-        runs = copies_variants(size, prof, "gpufly, default", everything_in=True)
+        runs = copies_variants(size, prof, "gpufly, default", everything_in=True, rotation=seed)
     else:
         prof = gpufly.Profiler(warmup=0, device="cpu", nvml_interval=None, sampling=NO_WINDOW)
         runs = variants(Loop.build(size, "cpu"), prof)
@@ -213,15 +220,58 @@ def main() -> None:
                         help="0: the ~1 ms loop (default), 1: the ~30 ms one (about 30 times as long per cycle)")
     parser.add_argument("--phases", nargs="+", choices=list(PHASES), default=list(PHASES),
                         help="which phases to run (default: all three)")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="run the phases on copies of the loop in this many fresh processes, one after another, "
+                             "the profiled copy rotated among them, and pool them: the copies' places in memory "
+                             "then average out (default 1: in this process)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.cycles < 100:
         parser.error("--cycles must be at least 100")
+    if args.processes < 1:
+        parser.error("--processes must be at least 1")
     size = LOOPS[args.loop]
+    if args.worker:
+        times, _data = measure(args.cycles, args.seed, args.phases[0], size)
+        print(json.dumps({name: [statistics.median(steps), statistics.mean(steps)] for name, steps in times.items()}))
+        return
     print(f"the profiler's cost step by step, on cpu ({platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} CPUs), torch {torch.__version__}, Python {sys.version.split()[0]}, 1 torch thread; "
           f"loop: MLP 512-{size.width}-{size.width}-10, Adam, batch {size.batch}")
     for name in args.phases:
-        run_phase(name, args.cycles, args.seed, size)
+        if name != "plain path" and args.processes > 1:
+            pooled_phase(name, args, size)
+        else:
+            run_phase(name, args.cycles, args.seed, size)
+
+
+def pooled_phase(name: str, args: argparse.Namespace, size: LoopSize) -> None:
+    """Run a phase on copies in ``args.processes`` fresh processes (the profiled copy rotated) and print each
+    process's figures and their mean, with a 95% bootstrap interval over processes."""
+    started = time.monotonic()
+    figures: list[dict[str, list[float]]] = []
+    for process in range(args.processes):
+        command = [sys.executable, __file__, "--worker", "--phases", name, "--cycles", str(args.cycles),
+                   "--seed", str(args.seed + process), "--loop", str(args.loop)]
+        output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+        figures.append(json.loads(output.splitlines()[-1]))
+    plain_step = statistics.median(figure["plain"][0] for figure in figures)
+    print(f"\n{PHASES[name]}: {args.cycles} cycles in each of {args.processes} processes, the profiled copy rotated, "
+          f"{time.monotonic() - started:.0f} s; the plain median step {plain_step * 1e6:.1f} µs (median over "
+          f"processes)")
+    for variant in list(figures[0])[1:]:
+        medians = [figure[variant][0] / figure["plain"][0] - 1 for figure in figures]
+        means = [figure[variant][1] / figure["plain"][1] - 1 for figure in figures]
+        mean, low, high = mean_interval(medians)
+        print(f"{variant:18s} median step {mean:+.2%} [{low:+.2%}, {high:+.2%}] against plain (mean over processes; "
+              f"each: {', '.join(f'{value:+.2%}' for value in medians)}); mean step {statistics.mean(means):+.2%}")
+
+
+def mean_interval(values: list[float], draws: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """The mean and a 95% bootstrap interval of it (values drawn with replacement)."""
+    rng = random.Random(seed)
+    resampled = sorted(statistics.mean(rng.choices(values, k=len(values))) for _ in range(draws))
+    return statistics.mean(values), resampled[int(0.025 * draws)], resampled[int(0.975 * draws) - 1]
 
 
 def run_phase(name: str, cycles: int, seed: int, size: LoopSize) -> None:

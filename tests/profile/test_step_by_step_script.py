@@ -71,3 +71,21 @@ def test_too_few_cycles_is_refused_with_one_error_line() -> None:
                             timeout=120)
     assert result.returncode == 2
     assert "--cycles must be at least 100" in result.stderr
+
+
+def test_the_pooled_figure_is_the_mean_over_processes_with_an_interval_around_it() -> None:
+    script = load()
+    mean, low, high = script.mean_interval([0.01, 0.02, 0.03, 0.02], draws=200)
+    assert mean == pytest.approx(0.02)
+    assert 0.01 <= low <= mean <= high <= 0.03
+
+
+@pytest.mark.slow
+def test_a_phase_on_copies_runs_in_fresh_processes_and_prints_each_ones_figure() -> None:
+    result = subprocess.run([sys.executable, str(SCRIPT), "--cycles", "100", "--phases", "detailed", "--processes",
+                             "2"], capture_output=True, text=True, timeout=300, check=True)
+    rows = [line for line in result.stdout.splitlines() if line.startswith(("plain, a copy", "gpufly, detailed"))]
+    each = [row.partition("each: ")[2].partition(")")[0].split(", ") for row in rows]
+    assert len(rows) == 2 and [len(figures) for figures in each] == [2, 2], result.stdout  # two processes' figures
+    assert "100 cycles in each of 2 processes" in result.stdout
+
