@@ -48,7 +48,7 @@ class StepClock:
                  read_memory: Callable[[], int | None] = lambda: None, *, schedule: DetailSchedule | None = None,
                  own: OwnTime | None = None) -> None:
         self._steps = steps
-        self._plain: list[tuple[float, float, int | None, float | None, float | None] | StepRecord] = []
+        self._unread: list[tuple[float, float, int | None, float | None, float | None] | StepRecord] = []
         """The steps closed since ``steps`` was last read: a plain (not detailed) one as its numbers, (wall_s,
         data_wait_s, batch_size, optimizer_s, own_s), a detailed one as its record. ``optimizer_s`` is None on a plain
         step (the optimizer is timed on detailed steps only), ``own_s`` on one whose own time was not timed.
@@ -101,17 +101,17 @@ class StepClock:
 
     def records(self) -> list[StepRecord]:
         """The list given, completed with the steps closed since it was last read (the plain ones made records)."""
-        plain, steps = self._plain, self._steps
-        if plain:
+        unread, steps = self._unread, self._steps
+        if unread:
             warmup = self.warmup
-            for index, step in enumerate(plain, len(steps)):
+            for index, step in enumerate(unread, len(steps)):
                 if isinstance(step, StepRecord):
                     steps.append(step)
                 else:
                     wall, wait, size, optimizer, own = step
                     steps.append(StepRecord(index, wall, wait, optimizer_s=optimizer, batch_size=size,
                                             warmup=index < warmup, detailed=False, own_s=own))
-            plain.clear()
+            unread.clear()
         return steps
 
     def start(self) -> None:
@@ -234,7 +234,7 @@ class StepClock:
 
     def optimizer_stepped(self) -> None:
         """An optimizer step: training has begun, and the loader feeding it is the training loader."""
-        if self.optimizer_steps == 0 and not self.explicit_steps and (self._steps or self._plain):
+        if self.optimizer_steps == 0 and not self.explicit_steps and (self._steps or self._unread):
             self._drop_steps_before_training()
         self.optimizer_steps += 1
         if self._feeding is not None:
@@ -277,9 +277,9 @@ class StepClock:
             own = self.own  # own.take(), inline
             spent, own.step_s = own.step_s, 0.0
             own.taken_s += spent
-            self._plain.append((at - last, self.waited_s, self.batch_size, record.optimizer_s, spent))
+            self._unread.append((at - last, self.waited_s, self.batch_size, record.optimizer_s, spent))
         else:  # an untimed plain step: gpufly's code added no time of its own to it, and ``own`` is left untouched
-            self._plain.append((at - last, self.waited_s, self.batch_size, record.optimizer_s, None))
+            self._unread.append((at - last, self.waited_s, self.batch_size, record.optimizer_s, None))
         self.waited_s = 0.0
         self.batch_size = None
         index = record.index + 1
@@ -292,7 +292,7 @@ class StepClock:
             if index >= self._change_at:
                 self._detail(following)
         if self.on_step:
-            closed = len(self._steps) + len(self._plain)
+            closed = len(self._steps) + len(self._unread)
             for listener in self.on_step:
                 listener(closed)
 
@@ -311,7 +311,7 @@ class StepClock:
             record.sync_gap_s = statistics.median(self._sync_gaps)
             self._sync_gaps.clear()
         self._last_sync_end = None
-        self._plain.append(record)
+        self._unread.append(record)
 
     def _detail(self, record: StepRecord) -> None:
         """Whether the step starting is detailed, from the schedule (asked again only where it may change); the
@@ -347,7 +347,7 @@ class StepClock:
         """Batch-per-step records made before the first optimizer step are not training steps: a loader that reads
         one batch ahead (accelerate's, under the HF Trainer) or a sanity-check validation before training."""
         self._steps.clear()
-        self._plain.clear()
+        self._unread.clear()
         self.current.index = 0
         self.schedule.restart()
         self._detail(self.current)
