@@ -323,3 +323,34 @@ def test_a_judged_stage_is_safe_and_a_drifted_one_unsafe(tmp_path: Path) -> None
     search = Search(STAGES, ResultsLog(tmp_path / "stages.jsonl"), machine)
     search.run()
     assert [r.verdict for r in search.results] == ["baseline", "seed", "safe", "unsafe", "safe"]
+
+
+def test_a_resumed_run_keeps_the_chain_its_first_run_built_however_the_noise_floor_moved_since(
+        tmp_path: Path) -> None:
+    from tests.tune.fakes import FakeMachine
+
+    machine = FakeMachine({"batched": 3.0, "num_workers": 0.45, "ddp": 0.8, "fused": 1.0}, noise=0.01)
+    baseline_runs = 0
+
+    def loaded_late(trial: Trial) -> TrialResult:
+        """The machine's baseline runs swing wildly once the stages have run (the A/B rounds' baseline runs): the
+        noise floor at the end is far above the one each stage was judged at."""
+        nonlocal baseline_runs
+        result = machine(trial)
+        if not trial.knobs and trial.seed == 0:
+            baseline_runs += 1
+            if baseline_runs > 4 and result.throughput is not None:
+                result.throughput *= (0.2, 3.0)[baseline_runs % 2]
+        return result
+
+    log = ResultsLog(tmp_path / "stages.jsonl")
+    first = Search(SLOWING, log, loaded_late)
+    first.run()
+    assert first.baseline is not None and (first.baseline.noise_floor or 0.0) > 0.5, "the floor rose after the stages"
+    decided = {r.name: (r.knobs, r.dropped) for r in first.results if r.role == "trial"}
+    assert "slower than the stage it built on" in (decided["+ workers"][1] or ""), "judged at the floor of its time"
+    machine.runs.clear()
+    again = Search(SLOWING, log, loaded_late)
+    again.run()
+    assert machine.runs == [], "nothing ran again: every stage, built on the same chain, came from the file"
+    assert {r.name: (r.knobs, r.dropped) for r in again.results if r.role == "trial"} == decided

@@ -109,6 +109,8 @@ class Search:
     """This session's baseline runs: (position in the run, throughput)."""
     _pending: list[tuple[int, TrialResult]] = field(init=False, default_factory=list)
     """Trials run since the last baseline run, waiting for the next to be compared with."""
+    _resumed: set[int] = field(init=False, default_factory=set)
+    """The results taken from the results file (their ``id``): what the first run decided on them stands."""
 
     def run(self) -> TrialResult | None:
         """Run the plan, then confirm the fastest candidates; the winner (``best``), or None when the baseline
@@ -148,6 +150,7 @@ class Search:
             result.stage = stage
             self.log.append(result)
         else:
+            self._resumed.add(id(result))
             result.stage = stage  # a file written before trials recorded their stage
             if baseline is None:
                 result.role = "baseline"
@@ -157,6 +160,14 @@ class Search:
             if result.usable:
                 self._second_seed(result)
         return result
+
+    def decides_anew(self, result: TrialResult) -> bool:
+        """Whether a plan's decision on ``result`` (a stage's ``dropped``) is to be made now: always on a trial run in
+        this search; on one from the results file only where its line may predate the decision (it failed, or its
+        speedup was still waiting for the baseline's next run). A decision rests on the noise floor of its moment,
+        and a resumed run knows only the last one: made again, it could build the next stages on another chain and
+        run them anew (a loaded machine's floor went from 2.7% to 121% over one run)."""
+        return id(result) not in self._resumed or not result.usable or result.rounds == 0
 
     def _record(self, trial: Trial, result: TrialResult) -> None:
         self._measured[trial.key] = result
@@ -476,7 +487,8 @@ class StagePlan:
                     return
                 kept = result  # a case study shows every stage, even where accuracy cannot be judged
                 continue
-            result.dropped = dropped(result, kept, search.baseline)
+            if search.decides_anew(result):
+                result.dropped = dropped(result, kept, search.baseline)
             if result.dropped is None:
                 kept = result
 
