@@ -143,6 +143,13 @@ def test_a_script_that_catches_exception_does_not_swallow_the_stop(cli, tmp_path
     assert result.code == 143 and "swallowed" not in result.stdout
 
 
+def as_at_a_terminal() -> None:
+    """SIGINT at its default in the child, as in a terminal's foreground: a shell starting the tests in the background
+    without job control (``cmd &`` in a script) leaves it ignored, Python then installs no KeyboardInterrupt handler,
+    and Ctrl-C's signal would never reach the script."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("sent", "code", "workers", "to_group"), [
     (signal.SIGTERM, 143, 0, False), (signal.SIGINT, 130, 0, False), (signal.SIGTERM, 143, 2, True),
@@ -154,7 +161,7 @@ def test_a_stop_signal_to_a_real_process_saves_the_profile(tmp_path: Path, sent:
     environment = {**os.environ, "COLUMNS": CLI_COLUMNS}
     with subprocess.Popen([sys.executable, "-m", "gpufly", "profile", "--save", str(saved), str(train)],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment,
-                          start_new_session=True) as child:
+                          start_new_session=True, preexec_fn=as_at_a_terminal) as child:
         try:
             assert child.stdout is not None
             assert child.stdout.readline() == "ready\n", "the script runs its loop before the signal"
