@@ -354,3 +354,29 @@ def test_a_resumed_run_keeps_the_chain_its_first_run_built_however_the_noise_flo
     again.run()
     assert machine.runs == [], "nothing ran again: every stage, built on the same chain, came from the file"
     assert {r.name: (r.knobs, r.dropped) for r in again.results if r.role == "trial"} == decided
+
+
+def test_a_resumed_greedy_search_combines_as_its_first_run_did_whatever_the_a_b_rounds_found_later(
+        tmp_path: Path) -> None:
+    runner = FakeRunner({"a": 1.5, "b": 1.3, "c": 1.2})
+    seen: dict[str, int] = {}
+
+    def slower_when_confirmed(trial: Trial) -> TrialResult:
+        """a + b runs slower in its A/B rounds than in the search: confirmed, it falls below a alone."""
+        result = runner(trial)
+        seen[trial.key] = seen.get(trial.key, 0) + 1
+        if set(trial.knobs) == {"a", "b"} and seen[trial.key] > 1 and result.throughput is not None:
+            result.throughput *= 0.6
+        return result
+
+    log = ResultsLog(tmp_path / "r.jsonl")
+    first = Search(GreedyPlan({"a": [True], "b": [True], "c": [True]}), log, slower_when_confirmed)
+    first.run()
+    confirmed = next(r for r in first.results if set(r.knobs) == {"a", "b"})
+    assert confirmed.rounds > 1 and (confirmed.speedup or 0) < 1.5 < (confirmed.search_speedup or 0)
+    ran = {r.name for r in first.results}
+    runner.calls.clear()
+    again = Search(GreedyPlan({"a": [True], "b": [True], "c": [True]}), log, slower_when_confirmed)
+    again.run()
+    assert runner.calls == [], ("nothing ran again: the combinations are the first run's, from the file", runner.calls)
+    assert {r.name for r in again.results} == ran

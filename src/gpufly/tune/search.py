@@ -264,6 +264,7 @@ class Search:
         beside = interpolate(before, after, position)
         result.speedup = result.throughput / beside
         result.paired_throughput, result.paired_baseline, result.pairs = result.throughput, beside, 1
+        result.search_speedup = result.speedup
         floor = None if self.baseline is None else self.baseline.noise_floor
         runs = 0 if self.baseline is None else len(self.baseline.throughputs)
         interval = ratio_interval([result.speedup], floor, runs)
@@ -282,7 +283,7 @@ class Search:
         if not self.can_judge() or baseline is None or (baseline.noise_floor or 0.0) > MAX_NOISE_FLOOR:
             return  # no winner can be named: rounds would not change that
         ranked = sorted((r for r in self.results if r.role == "trial" and r.usable and r.rounds >= 1
-                         and (r.speedup or 0.0) >= MIN_GAIN), key=lambda r: -(r.speedup or 0.0))
+                         and decided_on(r) >= MIN_GAIN), key=lambda r: -decided_on(r))
         for candidate in ranked[:self.confirm_top]:
             if candidate.rounds == 1:  # not confirmed yet (a resumed run's may be)
                 self._rounds(candidate, baseline)
@@ -360,8 +361,7 @@ class GreedyPlan:
         random.Random(self.order_seed).shuffle(order)
         singles = [self._measure(search, trial, baseline) for trial in order if not search.out_of_time()]
         search.settle()
-        helpful = sorted((r for r in singles if r.usable and (r.speedup or 0) >= MIN_GAIN),
-                         key=lambda r: -(r.speedup or 0))
+        helpful = sorted((r for r in singles if r.usable and decided_on(r) >= MIN_GAIN), key=lambda r: -decided_on(r))
         if helpful:
             self._combine(search, helpful, baseline)
 
@@ -379,7 +379,7 @@ class GreedyPlan:
                 continue  # nothing new (ddp=2 after ddp=2 + ddp_hook=fp16)
             combined = self._measure(search, named(knobs), baseline)
             search.settle()
-            if combined.usable and (combined.speedup or 0) > (chosen.speedup or 0):
+            if combined.usable and decided_on(combined) > decided_on(chosen):
                 chosen = combined
 
     def _own(self, knobs: dict[str, Any]) -> dict[str, Any]:
@@ -402,6 +402,13 @@ class GreedyPlan:
         if fit is not None and (not tried or fit > max(tried)):
             tried = [*tried, fit]
         return {k: tried if k == "batch_size" else v for k, v in self.knobs.items() if k != "batch_size" or tried}
+
+
+def decided_on(result: TrialResult) -> float:
+    """The speedup a plan decides on: the search's own run's, not the one A/B rounds refined later, which a resumed
+    run would read from the file (the greedy order, and so the combinations run, would then differ)."""
+    speedup = result.search_speedup if result.search_speedup is not None else result.speedup
+    return speedup or 0.0
 
 
 def _single_knobs(knobs: dict[str, list[Any]]) -> Iterable[Trial]:

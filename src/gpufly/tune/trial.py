@@ -142,6 +142,9 @@ class TrialResult:
     speedup_low: float | None = None
     speedup_high: float | None = None
     """The speedup's 95% interval (``gpufly.tune.noise.ratio_interval``)."""
+    search_speedup: float | None = None
+    """The speedup of the search's own run (its first comparison with the baseline), which A/B rounds leave as it was:
+    what the plan decided on, so that a resumed run decides the same (None in files written before it was kept)."""
     rounds: int = 0
     """How many paired comparisons with the baseline the speedup rests on: 1 after the search, more once the
     trial was confirmed by A/B rounds."""
