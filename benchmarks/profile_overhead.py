@@ -403,7 +403,9 @@ def step_by_step(size: LoopSize, args: argparse.Namespace) -> Verdict:
 
 def summary(verdicts: list[Verdict], torch_profiler: dict[str, tuple[float, float, float]]) -> None:
     """The targets, each loop's step-by-step figure for gpufly against its own, torch.profiler's beside it."""
-    print("\ntargets: gpufly's median step overhead, at most 2% on the ~1 ms loop and 0.5% on the ~30 ms loop")
+    targets = " and ".join(f"{verdict.size.target:.1%} on the {verdict.size.name.removesuffix(' step')} loop"
+                           for verdict in verdicts)
+    print(f"\ntargets: gpufly's median step overhead, at most {targets}")
     for verdict in verdicts:
         size = verdict.size
         print(f"{size.name}: gpufly (default schedule, everything in, step by step) {pct(verdict.figure).strip()} of a "
